@@ -1,0 +1,100 @@
+"""The cost-model protocol, its memo, and the terms every scheme shares (DRAM io, weights).
+
+A cost model answers three questions about a fusion group (a node bitmask): how many bytes of
+on-chip buffer it needs, how many bytes of DRAM traffic it causes, and whether it fits. Each
+group is computed once; searches ask about the same groups many times.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+from accel_model.accelerator import Accelerator
+from fusionplan.graph import Group, OpGraph, bits
+
+
+class GroupCost(NamedTuple):
+    buffer: int  # F_beta, bytes
+    dram: int  # F_D, bytes
+    valid: bool  # fits the buffer
+
+
+@dataclass
+class CacheStats:
+    queries: int = 0
+    hits: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+
+class CostModel(ABC):
+    """Base class: subclasses implement :meth:`_compute` and set ``name``."""
+
+    name: ClassVar[str]
+
+    def __init__(self, graph: OpGraph, accel: Accelerator) -> None:
+        self.graph = graph
+        self.accel = accel
+        self.b = accel.bytes_per_element
+        self.beta = accel.buffer_bytes
+        self.stats = CacheStats()
+        self._memo: dict[Group, GroupCost] = {}
+        t = graph.tensors
+        self._in = tuple(tuple((ti, t[ti].producer, t[ti].size) for ti in n.inputs)
+                         for n in graph.nodes)  # fmt: skip
+        outs = graph.graph_output_set
+        self._out = tuple(
+            tuple((graph.consumer_mask[ti], ti in outs, t[ti].size) for ti in n.outputs)
+            for n in graph.nodes
+        )
+
+    # -- the protocol ------------------------------------------------------------------
+    def cost(self, group: Group) -> GroupCost:
+        self.stats.queries += 1
+        hit = self._memo.get(group)
+        if hit is not None:
+            self.stats.hits += 1
+            return hit
+        result = self._compute(group)
+        self._memo[group] = result
+        return result
+
+    def buffer_bytes(self, group: Group) -> int:
+        return self.cost(group).buffer
+
+    def dram_bytes(self, group: Group) -> int:
+        return self.cost(group).dram
+
+    def is_valid(self, group: Group) -> bool:
+        return self.cost(group).valid
+
+    @abstractmethod
+    def _compute(self, group: Group) -> GroupCost:
+        """Cost of ``group`` from scratch; called once per distinct group."""
+
+    # -- shared terms (element counts; multiply by self.b for bytes) ------------------
+    def io_elements(self, group: Group) -> int:
+        """sum |t| over ext_in(g) and ext_out(g), each distinct tensor once."""
+        seen_in: set[int] = set()
+        total = 0
+        for v in bits(group):
+            for ti, producer, size in self._in[v]:
+                if (producer < 0 or not (group >> producer) & 1) and ti not in seen_in:
+                    seen_in.add(ti)
+                    total += size
+            for consumers, is_output, size in self._out[v]:
+                if is_output or consumers & ~group:
+                    total += size
+        return total
+
+    def weight_elements(self, group: Group) -> int:
+        nodes = self.graph.nodes
+        return sum(nodes[v].weights for v in bits(group))
+
+    def layer_by_layer_dram(self, group: Group) -> int:
+        """DRAM of a group run without fusion benefits: its io plus weights read once."""
+        return self.b * (self.io_elements(group) + self.weight_elements(group))

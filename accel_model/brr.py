@@ -1,0 +1,89 @@
+"""BRR: buffer-requirement reduction, Optimus-style (DESIGN section 5.2).
+
+Only feature rows must fit: the group is evaluated one output row band at a time, each node
+keeping the rows its consumers need; weights that do not fit beside them are streamed from
+DRAM once per output tile. Rows are back-propagated from the group's last nodes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from accel_model.base import CostModel, GroupCost
+from accel_model.registry import register
+from accel_model.rows import input_rows, row_window
+from fusionplan.graph import Group, bits
+
+
+class BRRTerms:
+    """The intermediate quantities of one group, exposed for tests and reports."""
+
+    __slots__ = ("footprint", "last_height", "resident", "row_step", "tiles", "weights")
+
+    def __init__(self, footprint, row_step, last_height, weights) -> None:
+        self.footprint, self.row_step = footprint, row_step
+        self.last_height, self.weights = last_height, weights
+        self.tiles, self.resident = 1, True
+
+
+@register
+class BRR(CostModel):
+    name = "brr"
+
+    def __init__(self, graph, accel) -> None:
+        super().__init__(graph, accel)
+        t = graph.tensors
+        self._window = tuple(row_window(graph, v) for v in range(len(graph)))
+        self._out_hw = tuple(graph.out_shape(v) for v in range(len(graph)))
+        self._in_info = tuple(
+            tuple((ti, t[ti].producer, t[ti].shape) for ti in n.inputs) for n in graph.nodes
+        )
+
+    def terms(self, group: Group) -> BRRTerms:
+        """Footprint, row step and tiling of ``group`` (elements, not bytes, but tiles)."""
+        succ = self.graph.succ_mask
+        rows: dict[int, int] = {}
+        scale: dict[int, float] = {}
+        ext_rows: dict[int, tuple[int, int]] = {}  # external tensor -> (rows, C*W)
+        footprint = 0
+        row_step = 0.0
+        last_height = 1
+        for v in reversed(list(bits(group))):
+            c_out, h_out, w_out = self._out_hw[v]
+            consumers = succ[v] & group
+            if not consumers:
+                rows[v], scale[v] = 1, 1.0
+                last_height = max(last_height, h_out)
+            else:
+                need, sc = 0, 0.0
+                for c in bits(consumers):
+                    k, s = self._window[c]
+                    need = max(need, input_rows(k, s, rows[c], h_out))
+                    sc = max(sc, scale[c] * s)
+                rows[v], scale[v] = need, sc
+            footprint += c_out * rows[v] * w_out
+            row_step += c_out * scale[v] * w_out
+            k, s = self._window[v]
+            for ti, producer, (c_in, h_in, w_in) in self._in_info[v]:
+                if producer >= 0 and (group >> producer) & 1:
+                    continue
+                need = input_rows(k, s, rows[v], h_in)
+                prev = ext_rows.get(ti, (0, 0))[0]
+                ext_rows[ti] = (max(prev, need), c_in * w_in)
+        footprint += sum(r * cw for r, cw in ext_rows.values())
+        return BRRTerms(footprint, row_step, last_height, self.weight_elements(group))
+
+    def _compute(self, group: Group) -> GroupCost:
+        b, beta = self.b, self.beta
+        tt = self.terms(group)
+        footprint = b * tt.footprint
+        valid = footprint < beta
+        weights = b * tt.weights
+        if not valid:
+            # Only unfusable singletons are ever costed invalid in a plan: layer by layer.
+            return GroupCost(footprint, b * self.io_elements(group) + weights, False)
+        if beta >= weights + footprint:
+            return GroupCost(footprint + weights, b * self.io_elements(group) + weights, True)
+        h_tile = math.floor((beta - footprint) / (b * tt.row_step)) + 1
+        tiles = math.ceil(tt.last_height / h_tile)
+        return GroupCost(footprint, b * self.io_elements(group) + weights * tiles, True)

@@ -1,0 +1,52 @@
+"""LBDF: line-buffer depth-first fusion (DESIGN section 5.1).
+
+Rows stream through the whole group and every weight stays on chip, so the buffer holds
+all weights, a K_h-row line buffer per activation input, and the extra rows a join must hold
+while its slower input catches up (skip buffers). Delays are counted in rows without
+rescaling across strides: each lag is added in the consumer's input rows.
+"""
+
+from __future__ import annotations
+
+from accel_model.base import CostModel, GroupCost
+from accel_model.registry import register
+from accel_model.rows import lbdf_lag, lbdf_rows
+from fusionplan.graph import Group, bits
+
+
+@register
+class LBDF(CostModel):
+    name = "lbdf"
+
+    def __init__(self, graph, accel) -> None:
+        super().__init__(graph, accel)
+        t = graph.tensors
+        # Per node: (line-buffer elements, lag, ((producer, row elements W*C) per input)).
+        self._node_terms = tuple(
+            (
+                lbdf_rows(n) * sum(t[ti].shape[0] * t[ti].shape[2] for ti in n.inputs),
+                lbdf_lag(graph, v),
+                tuple((t[ti].producer, t[ti].shape[0] * t[ti].shape[2]) for ti in n.inputs),
+            )
+            for v, n in enumerate(graph.nodes)
+        )
+
+    def buffer_terms(self, group: Group) -> tuple[int, int, int]:
+        """(weight, line-buffer, skip-buffer) elements of ``group``; see the module doc."""
+        delay: dict[int, int] = {}
+        line = skip = 0
+        for v in bits(group):
+            line_v, lag, ins = self._node_terms[v]
+            line += line_v
+            in_group = [(delay[p], row) for p, row in ins if p >= 0 and (group >> p) & 1]
+            ready = max((d for d, _ in in_group), default=0)
+            if len(in_group) > 1:
+                skip += sum((ready - d) * row for d, row in in_group)
+            delay[v] = ready + lag
+        return self.weight_elements(group), line, skip
+
+    def _compute(self, group: Group) -> GroupCost:
+        weights, line, skip = self.buffer_terms(group)
+        buffer = self.b * (weights + line + skip)
+        dram = self.b * (self.io_elements(group) + weights)
+        return GroupCost(buffer, dram, buffer < self.beta)

@@ -1,0 +1,55 @@
+"""Row geometry of one op, shared by the schemes: how input rows map to output rows.
+
+Rows are the streaming unit of both schemes (axis H of an NCHW tensor). A "windowed" op reads
+a band of K_h input rows per output row (conv, pooling, a linear Resize reads 2); a
+"whole-input" op (global pooling, Gemm, spatial softmax) must see every input row first.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fusionplan.graph import Node, OpGraph
+
+WINDOWED_KINDS = frozenset({"conv", "pool", "resize"})
+
+
+def is_windowed(node: Node) -> bool:
+    return node.kind in WINDOWED_KINDS and node.kernel[0] > 1
+
+
+def lbdf_rows(node: Node) -> int:
+    """Line-buffer rows kept per activation input: K_h for windowed ops, else 1."""
+    return node.kernel[0] if is_windowed(node) else 1
+
+
+def lbdf_lag(graph: OpGraph, v: int) -> int:
+    """Rows of delay op ``v`` adds before its first output row."""
+    node = graph.nodes[v]
+    if node.whole_input:
+        return graph.in_height(v)
+    if is_windowed(node):
+        return node.kernel[0] // 2
+    return 0
+
+
+def row_window(graph: OpGraph, v: int) -> tuple[float, float]:
+    """(K, S) of op ``v`` for BRR: ``(h - 1) * S + K`` input rows make ``h`` output rows."""
+    node = graph.nodes[v]
+    h_in = graph.in_height(v)
+    h_out = max(graph.out_shape(v)[1], 1)
+    if node.whole_input:
+        return float(h_in), h_in / h_out
+    if node.op_type == "ConvTranspose":
+        s = node.stride[0]
+        return float(math.ceil(node.kernel[0] / s)), 1.0 / s
+    if node.kind in ("conv", "pool"):
+        return float(node.kernel[0]), float(node.stride[0])
+    if node.kind == "resize":
+        return float(node.kernel[0]), h_in / h_out
+    return 1.0, h_in / h_out
+
+
+def input_rows(k: float, s: float, h_out_rows: int, h_cap: int) -> int:
+    """Input rows needed for ``h_out_rows`` output rows, capped at the input's height."""
+    return min(math.ceil((h_out_rows - 1) * s + k - 1e-9), h_cap)
