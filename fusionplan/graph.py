@@ -98,7 +98,7 @@ class OpGraph:
 
         inputs, outputs = tuple(inputs), tuple(outputs)
         producer = {t: i for i, n in enumerate(nodes) for t in n.outputs}
-        for i, n in enumerate(nodes):
+        for n in nodes:
             for t in n.inputs:
                 if t not in producer and t not in inputs:
                     raise GraphError(

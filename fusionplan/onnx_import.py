@@ -322,7 +322,7 @@ class _Importer:
         attrs = {a.name: a for a in n.attribute}
         op = n.op_type
         in_shapes = [tensors[t].shape for t in inputs]
-        out_c, out_h, out_w = tensors[outputs[0]].shape
+        out_c = tensors[outputs[0]].shape[0]
         out_elems = sum(tensors[t].size for t in outputs)
         common = dict(name=name, op_type=op, inputs=inputs, outputs=outputs, weights=weights)
 
@@ -334,11 +334,11 @@ class _Importer:
             if not kernel and op in CONV_OPS:
                 w = self.shapes.get(self._resolve(n.input[1])) or self._init_dims(n.input[1])
                 kernel = tuple(w[2:]) if w else (1, 1)
-            kernel = (tuple(kernel) + (1, 1))[:2]
-            stride = (ints("strides", (1, 1)) + (1, 1))[:2]
+            kernel = (*kernel, 1, 1)[:2]
+            stride = (*ints("strides", (1, 1)), 1, 1)[:2]
             pads = ints("pads", (0, 0, 0, 0))
-            pads4 = (pads + (0, 0, 0, 0))[:4] if len(pads) >= 4 else (pads[0], 0, pads[-1], 0)
-            pads4 = (pads4[0], pads4[1], pads4[2], pads4[3])
+            # ONNX orders pads as (x1_begin, x2_begin, x1_end, x2_end); 1-D ops pad rows only.
+            pads4 = pads[:4] if len(pads) >= 4 else (pads[0], 0, pads[-1], 0)
             groups = attrs["group"].i if "group" in attrs else 1
             kk = kernel[0] * kernel[1]
             if op == "Conv":
