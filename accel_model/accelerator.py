@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ def parse_size(value: str | int | float) -> int:
             raise ConfigError(f"buffer size {value!r} has unknown unit '{match.group(2)}'"
                               " (use B, KB, MB or GB)")  # fmt: skip
     size = number * _UNITS[unit]
+    if not math.isfinite(size):
+        raise ConfigError(f"buffer size {value!r} is not a finite size")
     if size <= 0:
         raise ConfigError(f"buffer size {value!r} must be positive")
     if size != int(size):

@@ -72,6 +72,10 @@ class CostModel(ABC):
     def is_valid(self, group: Group) -> bool:
         return self.cost(group).valid
 
+    def compute_uncached(self, group: Group) -> GroupCost:
+        """Cost from scratch, bypassing the memo (the independent plan checker uses it)."""
+        return self._compute(group)
+
     @abstractmethod
     def _compute(self, group: Group) -> GroupCost:
         """Cost of ``group`` from scratch; called once per distinct group."""

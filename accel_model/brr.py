@@ -16,14 +16,23 @@ from fusionplan.graph import Group, bits
 
 
 class BRRTerms:
-    """The intermediate quantities of one group, exposed for tests and reports."""
+    """The intermediate quantities of one group, exposed for tests and reports.
 
-    __slots__ = ("footprint", "last_height", "resident", "row_step", "tiles", "weights")
+    ``footprint``, ``row_step`` and ``weights`` are in elements; ``last_height`` is
+    H_out(L) in rows. ``resident``, ``h_tile`` and ``tiles`` depend on the buffer: weights are
+    resident (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``beta >= b*W + b*footprint``; else
+    they are streamed once per tile of ``h_tile`` output rows. A group whose footprint does
+    not fit (invalid) has ``resident`` False, ``h_tile`` 0 and ``tiles`` 1 (run layer by
+    layer, weights read once).
+    """
+
+    __slots__ = ("footprint", "h_tile", "last_height", "resident", "row_step", "tiles",
+                 "weights")  # fmt: skip
 
     def __init__(self, footprint, row_step, last_height, weights) -> None:
         self.footprint, self.row_step = footprint, row_step
         self.last_height, self.weights = last_height, weights
-        self.tiles, self.resident = 1, True
+        self.tiles, self.resident, self.h_tile = 1, True, last_height
 
 
 @register
@@ -40,7 +49,7 @@ class BRR(CostModel):
         )
 
     def terms(self, group: Group) -> BRRTerms:
-        """Footprint, row step and tiling of ``group`` (elements, not bytes, but tiles)."""
+        """Footprint, row step and tiling of ``group`` (elements, not bytes; see BRRTerms)."""
         succ = self.graph.succ_mask
         rows: dict[int, int] = {}
         scale: dict[int, float] = {}
@@ -71,7 +80,15 @@ class BRR(CostModel):
                 prev = ext_rows.get(ti, (0, 0))[0]
                 ext_rows[ti] = (max(prev, need), c_in * w_in)
         footprint += sum(r * cw for r, cw in ext_rows.values())
-        return BRRTerms(footprint, row_step, last_height, self.weight_elements(group))
+        tt = BRRTerms(footprint, row_step, last_height, self.weight_elements(group))
+        b, beta = self.b, self.beta
+        if b * footprint >= beta:
+            tt.resident, tt.h_tile = False, 0  # invalid: layer by layer, weights read once
+        elif b * (tt.weights + footprint) >= beta:  # resident only if F_beta < beta still holds
+            tt.resident = False
+            tt.h_tile = math.floor((beta - b * footprint) / (b * row_step)) + 1
+            tt.tiles = math.ceil(last_height / tt.h_tile)
+        return tt
 
     def _compute(self, group: Group) -> GroupCost:
         b, beta = self.b, self.beta
@@ -79,11 +96,10 @@ class BRR(CostModel):
         footprint = b * tt.footprint
         valid = footprint < beta
         weights = b * tt.weights
+        dram = b * self.io_elements(group) + weights * tt.tiles
         if not valid:
             # Only unfusable singletons are ever costed invalid in a plan: layer by layer.
-            return GroupCost(footprint, b * self.io_elements(group) + weights, False)
-        if beta >= weights + footprint:
-            return GroupCost(footprint + weights, b * self.io_elements(group) + weights, True)
-        h_tile = math.floor((beta - footprint) / (b * tt.row_step)) + 1
-        tiles = math.ceil(tt.last_height / h_tile)
-        return GroupCost(footprint, b * self.io_elements(group) + weights * tiles, True)
+            return GroupCost(footprint, dram, False)
+        if tt.resident:
+            return GroupCost(footprint + weights, dram, True)
+        return GroupCost(footprint, dram, True)

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import math
 
-from fusionplan.graph import Node, OpGraph
+from fusionplan.graph import Node, OpGraph, row_span
 
 WINDOWED_KINDS = frozenset({"conv", "pool", "resize"})
 
 
 def is_windowed(node: Node) -> bool:
-    return node.kind in WINDOWED_KINDS and node.kernel[0] > 1
+    return node.kind in WINDOWED_KINDS and row_span(node) > 1
 
 
 def lbdf_rows(node: Node) -> int:
     """Line-buffer rows kept per activation input: K_h for windowed ops, else 1."""
-    return node.kernel[0] if is_windowed(node) else 1
+    return row_span(node) if is_windowed(node) else 1
 
 
 def lbdf_lag(graph: OpGraph, v: int) -> int:
@@ -29,7 +29,7 @@ def lbdf_lag(graph: OpGraph, v: int) -> int:
     if node.whole_input:
         return graph.in_height(v)
     if is_windowed(node):
-        return node.kernel[0] // 2
+        return row_span(node) // 2
     return 0
 
 
@@ -42,11 +42,11 @@ def row_window(graph: OpGraph, v: int) -> tuple[float, float]:
         return float(h_in), h_in / h_out
     if node.op_type == "ConvTranspose":
         s = node.stride[0]
-        return float(math.ceil(node.kernel[0] / s)), 1.0 / s
+        return float(math.ceil(row_span(node) / s)), 1.0 / s
     if node.kind in ("conv", "pool"):
-        return float(node.kernel[0]), float(node.stride[0])
+        return float(row_span(node)), float(node.stride[0])
     if node.kind == "resize":
-        return float(node.kernel[0]), h_in / h_out
+        return float(row_span(node)), h_in / h_out
     return 1.0, h_in / h_out
 
 

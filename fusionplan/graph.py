@@ -57,9 +57,15 @@ class Node:
     stride: tuple[int, int] = (1, 1)
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
     groups: int = 1
+    dilation: tuple[int, int] = (1, 1)
     weights: int = 0  # weight + bias elements (constant inputs)
     macs: int = 0
     whole_input: bool = False  # must see all input rows before emitting (global pool, Gemm, ...)
+
+
+def row_span(node: Node) -> int:
+    """Input rows one output row of ``node`` reads: the kernel height widened by dilation."""
+    return (node.kernel[0] - 1) * node.dilation[0] + 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,9 @@ SIMPLE_KINDS = {
     "Slice": "split",
     "Transpose": "other",
 }
+# Ops whose constant inputs after the first are settings (sizes, bounds, axes, scales), not
+# weights: they are not counted in ``Node.weights``.
+PARAM_INPUT_OPS = frozenset({"Clip", "Pad", "Resize", "Upsample", "Slice", "Split"}) | REDUCE_OPS
 KNOWN_OPS = (
     CONV_OPS | MATMUL_OPS | POOL_OPS | GLOBAL_OPS | REDUCE_OPS | ELTWISE_OPS | ACT_OPS
 ) | frozenset(SIMPLE_KINDS)
@@ -106,8 +109,9 @@ def graph_from_proto(
         else:
             onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid"
-        raise ModelError(f"invalid ONNX model: {first}") from None
+        # The checker's messages span lines (node dumps); keep them on one line.
+        text = " ".join(str(exc).split()) or "invalid"
+        raise ModelError(f"invalid ONNX model: {text[:300]}") from None
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as exc:
@@ -116,6 +120,21 @@ def graph_from_proto(
 
 
 # ---------------------------------------------------------------------------- helpers
+def onnx_node_names(graph) -> list[str]:
+    """A unique name per ONNX node: its own name, or ``<op>_<index>`` when it has none.
+
+    Plans refer to nodes by these names, so annotating a model uses the same rule.
+    """
+    names, seen = [], set()
+    for i, n in enumerate(graph.node):
+        name = n.name or f"{n.op_type}_{i}"
+        if name in seen:
+            name = f"{name}__{i}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
 def _fix_input_shapes(model, input_shapes: Mapping[str, Sequence[int]]) -> None:
     inputs = {vi.name: vi for vi in model.graph.input}
     for tname, dims in input_shapes.items():
@@ -265,13 +284,20 @@ class _Importer:
         tensor_ids: dict[str, int] = {}
         tensors: list[Tensor] = []
 
+        made_by = {o: n for n in compute for o in n.output if o}
+
         def tensor_id(tname: str) -> int:
             if tname not in tensor_ids:
                 dims = self.shapes.get(tname)
                 if dims is None:
+                    maker = made_by.get(tname)
+                    where = (f" (output of {maker.op_type} node '{maker.name}')" if maker
+                             and maker.name else f" (output of a {maker.op_type} node)" if maker
+                             else "")  # fmt: skip
                     raise ModelError(
-                        f"tensor '{tname}' has a dynamic or unknown shape; export the model "
-                        "with static shapes or pass input shapes (--input-shape NAME=1x3x224x224)"
+                        f"tensor '{tname}'{where} has a dynamic or unknown shape; export the "
+                        "model with static shapes or pass input shapes "
+                        "(--input-shape NAME=1x3x224x224)"
                     )
                 tensor_ids[tname] = len(tensors)
                 tensors.append(Tensor(tname, _chw(dims), -1))
@@ -284,17 +310,18 @@ class _Importer:
 
         used = {self._resolve(t) for n in compute for t in n.input if t}
         used |= {self._resolve(o.name) for o in g.output}
-        names_seen: dict[str, int] = {}
+        names = dict(zip(map(id, g.node), onnx_node_names(g), strict=True))
         nodes = []
-        for idx, n in enumerate(compute):
+        for n in compute:
             if n.op_type not in KNOWN_OPS and self.strict_ops:
-                raise ModelError(f"unsupported op '{n.op_type}' (node '{n.name or idx}')")
+                raise ModelError(f"unsupported op '{n.op_type}' (node '{names[id(n)]}')")
             act_in, weights = [], 0
-            for t in n.input:
+            for pos, t in enumerate(n.input):
                 if not t:
                     continue
                 if self._is_const(t):
-                    weights += self.const_elems[self._resolve(t)]
+                    if pos == 0 or n.op_type not in PARAM_INPUT_OPS:
+                        weights += self.const_elems[self._resolve(t)]
                     continue
                 tid = tensor_id(self._resolve(t))
                 if tid not in act_in:
@@ -304,12 +331,7 @@ class _Importer:
                 outs = tuple(tensor_id(o) for o in n.output[:1])
             if id(n) in self.bias_added:
                 weights += tensors[outs[0]].shape[0]
-            node_name = n.name or f"{n.op_type}_{idx}"
-            if node_name in names_seen:
-                names_seen[node_name] += 1
-                node_name = f"{node_name}__{names_seen[node_name]}"
-            names_seen.setdefault(node_name, 0)
-            nodes.append(self._make_node(n, node_name, tuple(act_in), outs, weights, tensors))
+            nodes.append(self._make_node(n, names[id(n)], tuple(act_in), outs, weights, tensors))
 
         graph_outputs = []
         for o in g.output:
@@ -340,6 +362,7 @@ class _Importer:
             # ONNX orders pads as (x1_begin, x2_begin, x1_end, x2_end); 1-D ops pad rows only.
             pads4 = pads[:4] if len(pads) >= 4 else (pads[0], 0, pads[-1], 0)
             groups = attrs["group"].i if "group" in attrs else 1
+            dilation = (*ints("dilations", (1, 1)), 1, 1)[:2]
             kk = kernel[0] * kernel[1]
             if op == "Conv":
                 cin = in_shapes[0][0] if in_shapes else 0
@@ -351,11 +374,13 @@ class _Importer:
                 macs = out_elems * kk
             kind = "conv" if op in CONV_OPS else "pool"
             return Node(kind=kind, kernel=kernel, stride=stride, pads=pads4, groups=groups,
-                        macs=macs, **common)  # fmt: skip
+                        dilation=dilation, macs=macs, **common)  # fmt: skip
         if op in MATMUL_OPS:
             k = in_shapes[0][0] * in_shapes[0][1] * in_shapes[0][2] if in_shapes else 0
             if op == "MatMul" and in_shapes:
-                dims = self.shapes.get(tensors[inputs[0]].name) or ()
+                # The shape the MatMul itself sees (after any removed Flatten/Reshape).
+                first = next((t for t in n.input if t and not self._is_const(t)), "")
+                dims = self.shapes.get(first) or self.shapes.get(tensors[inputs[0]].name) or ()
                 k = dims[-1] if dims else k
             return Node(kind="matmul", macs=out_elems * k, whole_input=True, **common)
         if op in GLOBAL_OPS or (op in REDUCE_OPS and self._reduces_rows(n, attrs)):

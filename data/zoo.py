@@ -1,0 +1,414 @@
+"""The model zoo: the paper's twelve networks, built from torchvision and cached as ONNX.
+
+Every network is built with ``weights=None`` (no download; the planner only needs shapes),
+seeded with ``torch.manual_seed(0)`` so that exports are byte-for-byte reproducible, and
+exported with the TorchScript exporter (``dynamo=False``: fast, no onnxscript) at a fixed
+static input shape.
+
+Weights are written as ONNX *external data* (``<file>.onnx.data`` beside ``<file>.onnx``).
+Measured on the 2-core development machine (export + import, seconds), external data wins
+wherever it matters: VGG16 8.0 vs 13.5, ResNet-152 3.7 vs 5.4, ResNet-50 1.1 vs 1.9. The
+importer opens models with ``load_external_data=False``, so it checks and shape-infers a
+10-100 kB graph instead of a protobuf holding every weight (VGG16 import: 0.01 s instead of
+5.6 s), while writing the weights separately costs 1-2 s for VGG16. For the small networks
+(< 25 MB of weights) the two are within 0.2 s of each other, so one format is used for
+all. The pair of files is a normal ONNX model: onnxruntime runs it as long as the ``.data``
+file stays beside the ``.onnx`` file under its original name.
+
+Cache files are keyed by model name, input size, torch and torchvision versions and
+:data:`ZOO_FORMAT_VERSION`, and are published with atomic renames (data file first, then the
+graph), so concurrent processes never see a half-written or weightless model.
+
+``torch``/``torchvision``/``onnx`` are imported inside functions: ``import data.zoo`` and
+``list_zoo()`` stay fast.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from fusionplan.errors import ModelError
+from fusionplan.io import write_atomic
+
+if TYPE_CHECKING:
+    from fusionplan.graph import OpGraph
+
+ZOO_FORMAT_VERSION = 1
+"""Bump when the export recipe changes (opset, wrapping, external data) to invalidate caches."""
+
+OPSET_VERSION = 17
+CACHE_ENV = "FUSIONPLAN_CACHE_DIR"
+"""Overrides the fusionplan cache root; the zoo lives in ``$FUSIONPLAN_CACHE_DIR/zoo``."""
+
+Role = Literal["train", "unseen"]
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One network: how to build it, at which input shape, and its role in the dataset.
+
+    ``role`` is ``"unseen"`` for the networks held out of GNN training (the paper's test
+    models) so that dataset generation and evaluation can never mix them up.
+    """
+
+    name: str
+    constructor: Callable[[], Any]  # () -> torch.nn.Module, untrained, not yet in eval mode
+    input_shape: tuple[int, int, int, int]  # (1, 3, H, W)
+    description: str
+    role: Role = "train"
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def input_size(self) -> str:
+        """``"HxW"``, as used in cache file names and tables."""
+        return f"{self.input_shape[2]}x{self.input_shape[3]}"
+
+
+@dataclass(frozen=True)
+class ZooRow:
+    """One row of ``fusionplan zoo list``; ``dataclasses.asdict`` gives its JSON form."""
+
+    name: str
+    input_size: str
+    description: str
+    role: Role
+    cached: bool
+
+
+# ----------------------------------------------------------------------------- builders
+def _torchvision(fn_name: str) -> Callable[[], Any]:
+    """A constructor for ``torchvision.models.<fn_name>(weights=None)``, importing lazily."""
+
+    def build() -> Any:
+        import torchvision.models
+
+        return getattr(torchvision.models, fn_name)(weights=None)
+
+    build.__name__ = build.__qualname__ = f"build_{fn_name}"
+    return build
+
+
+def _deeplabv3_mobilenet_v3_large() -> Any:
+    """DeepLabV3 with a MobileNetV3-Large backbone, returning only the ``'out'`` tensor.
+
+    torchvision's segmentation models return a dict; the exporter flattens that into
+    several outputs, but the planner (and the paper) needs the single segmentation map.
+    ``aux_loss=False`` keeps the auxiliary FCN head out of the graph.
+    """
+    import torch
+    from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large
+
+    class OutOnly(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x)["out"]
+
+    inner = deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, aux_loss=False)
+    return OutOnly(inner)
+
+
+def _entry(
+    name: str,
+    size: int,
+    description: str,
+    *,
+    role: Role = "train",
+    aliases: tuple[str, ...] = (),
+    constructor: Callable[[], Any] | None = None,
+) -> ZooEntry:
+    return ZooEntry(
+        name=name,
+        constructor=constructor or _torchvision(name),
+        input_shape=(1, 3, size, size),
+        description=description,
+        role=role,
+        aliases=aliases,
+    )
+
+
+_ENTRIES: tuple[ZooEntry, ...] = (
+    _entry("vgg16", 224, "VGG-16: 13 plain 3x3 convs + 3 FC layers, 138M weights"),
+    # SqueezeNet 1.0, not 1.1: 1.0 is the network of the SqueezeNet paper (7x7/96 stem, late
+    # pooling) that "SqueezeNet" denotes in the layer-fusion literature; 1.1 is a later
+    # cheaper variant whose early pooling shrinks the big early feature maps that make
+    # fusion decisions interesting.
+    _entry(
+        "squeezenet",
+        224,
+        "SqueezeNet 1.0: fire modules (squeeze 1x1 -> expand 1x1 | 3x3 -> concat)",
+        aliases=("squeezenet1_0", "squeezenet1.0", "squeezenet_1_0"),
+        constructor=_torchvision("squeezenet1_0"),
+    ),
+    _entry(
+        "mobilenet_v2",
+        224,
+        "MobileNetV2: inverted residuals with depthwise convs",
+        aliases=("mobilenetv2",),
+    ),
+    _entry(
+        "mobilenet_v3_small",
+        224,
+        "MobileNetV3-Small: depthwise blocks, squeeze-excite, hard-swish",
+        aliases=("mobilenetv3_small",),
+    ),
+    _entry(
+        "mobilenet_v3_large",
+        224,
+        "MobileNetV3-Large: depthwise blocks, squeeze-excite, hard-swish",
+        aliases=("mobilenetv3_large",),
+    ),
+    _entry("resnet18", 224, "ResNet-18: basic residual blocks"),
+    _entry("resnet50", 224, "ResNet-50: bottleneck residual blocks", role="unseen"),
+    _entry("resnet101", 224, "ResNet-101: bottleneck residual blocks"),
+    _entry("resnet152", 224, "ResNet-152: bottleneck residual blocks", role="unseen"),
+    _entry("efficientnet_b0", 224, "EfficientNet-B0: MBConv blocks with squeeze-excite, SiLU"),
+    _entry("efficientnet_b3", 300, "EfficientNet-B3 at 300x300: wider and deeper MBConv network"),
+    _entry(
+        "deeplabv3_mobilenet_v3_large",
+        513,
+        "DeepLabV3 segmentation (ASPP head) on a MobileNetV3-Large backbone, 513x513",
+        role="unseen",
+        aliases=("deeplabv3", "deeplab", "deeplabv3_mobilenet", "deeplabv3_mobilenetv3_large"),
+        constructor=_deeplabv3_mobilenet_v3_large,
+    ),
+)
+
+ZOO: dict[str, ZooEntry] = {e.name: e for e in _ENTRIES}
+UNSEEN_MODELS: tuple[str, ...] = tuple(e.name for e in _ENTRIES if e.role == "unseen")
+"""Held out of GNN training: resnet50, resnet152, deeplabv3_mobilenet_v3_large."""
+TRAIN_MODELS: tuple[str, ...] = tuple(e.name for e in _ENTRIES if e.role == "train")
+
+_LOOKUP: dict[str, str] = {
+    key: e.name for e in _ENTRIES for key in (e.name, *(a.lower() for a in e.aliases))
+}
+
+
+# ----------------------------------------------------------------------------- registry
+def zoo_names(role: Role | None = None) -> tuple[str, ...]:
+    """Canonical zoo names in table order, optionally only the ``train`` or ``unseen`` ones."""
+    if role not in (None, "train", "unseen"):
+        raise ValueError(f"role must be 'train', 'unseen' or None, not {role!r}")
+    return tuple(e.name for e in _ENTRIES if role is None or e.role == role)
+
+
+def _canonical(name: str) -> str | None:
+    """The canonical zoo name for ``name`` (any case, ``-`` for ``_``, aliases), or None."""
+    key = name.strip().lower()
+    return _LOOKUP.get(key) or _LOOKUP.get(key.replace("-", "_"))
+
+
+def _unknown(name: str, what: str = "not a zoo model") -> ModelError:
+    return ModelError(f"unknown model '{name}': {what} (zoo: {', '.join(zoo_names())})")
+
+
+def zoo_entry(name: str) -> ZooEntry:
+    """The registry entry for ``name``; ``ModelError`` listing the zoo if there is none."""
+    canonical = _canonical(name)
+    if canonical is None:
+        raise _unknown(name)
+    return ZOO[canonical]
+
+
+# ----------------------------------------------------------------------------- cache
+def cache_dir() -> Path:
+    """Where cached zoo exports live: ``$FUSIONPLAN_CACHE_DIR/zoo`` or the user cache dir.
+
+    The environment variable names the fusionplan cache *root* (other caches may sit beside
+    ``zoo/``), which lets tests and CI point everything at a throw-away directory.
+    """
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        import platformdirs
+
+        root = platformdirs.user_cache_dir("fusionplan")
+    return Path(root).expanduser() / "zoo"
+
+
+def _dist_version(dist: str) -> str:
+    """Installed version without a local build tag (``2.4.0+cu121`` -> ``2.4.0``).
+
+    Read from package metadata so that computing a cache key does not import torch.
+    """
+    from importlib import metadata
+
+    try:
+        version = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        module = __import__(dist)
+        version = module.__version__
+    return version.split("+", 1)[0]
+
+
+def cache_file_name(name: str) -> str:
+    """E.g. ``resnet18-224x224-torch2.14.1-tv0.29.1-v1.onnx``.
+
+    A new torch/torchvision may export a different graph, so versions are part of the key.
+    """
+    entry = zoo_entry(name)
+    return (
+        f"{entry.name}-{entry.input_size}-torch{_dist_version('torch')}"
+        f"-tv{_dist_version('torchvision')}-v{ZOO_FORMAT_VERSION}.onnx"
+    )
+
+
+def data_path(onnx_path: str | os.PathLike) -> Path:
+    """The external-weights file that belongs to ``onnx_path`` (``<file>.onnx.data``)."""
+    onnx_path = Path(onnx_path)
+    return onnx_path.with_name(onnx_path.name + ".data")
+
+
+def is_cached(name: str) -> bool:
+    """True if ``name`` has a complete cached export (graph and its weights file)."""
+    path = cache_dir() / cache_file_name(name)
+    return path.is_file() and data_path(path).is_file()
+
+
+def zoo_path(name: str) -> Path:
+    """The cached ONNX file for zoo model ``name``, exported on first use.
+
+    Safe under concurrency: two processes may both export, but each publishes complete
+    files with atomic renames, so a reader sees either no file or a whole one.
+    """
+    path = cache_dir() / cache_file_name(name)
+    if not (path.is_file() and data_path(path).is_file()):
+        export_model(name, path)
+    return path
+
+
+# ----------------------------------------------------------------------------- export
+def export_model(name: str, path: str | os.PathLike, *, external_data: bool = True) -> Path:
+    """Build zoo model ``name`` and write it to ``path`` as ONNX; returns ``path``.
+
+    With ``external_data`` (the default, see the module docstring for why) the weights go
+    to ``<path>.data``. Raises ``ModelError`` for an unknown name. If anything fails, no
+    file is left at ``path``.
+    """
+    entry = zoo_entry(name)
+    proto = _export_proto(entry)
+    path = Path(path)
+    if external_data:
+        return write_atomic(path, lambda tmp: _save_external(proto, path, tmp))
+    return write_atomic(path, lambda tmp: tmp.write_bytes(proto.SerializeToString()))
+
+
+def _export_proto(entry: ZooEntry) -> Any:
+    """Build ``entry`` deterministically and return its ``onnx.ModelProto``.
+
+    Exporting to memory avoids writing the weights once inline and then again as external
+    data. The TorchScript exporter's deprecation and tracer warnings are silenced here
+    only: they are about the exporter, not about anything the user can fix.
+    """
+    import onnx
+    import torch
+
+    buffer = io.BytesIO()
+    with _single_thread(), warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        torch.manual_seed(0)
+        model = entry.constructor().eval()
+        torch.onnx.export(
+            model,
+            (torch.zeros(entry.input_shape),),
+            buffer,
+            dynamo=False,
+            opset_version=OPSET_VERSION,
+            input_names=["input"],
+            output_names=["output"],
+            do_constant_folding=True,
+        )
+    proto = onnx.load_model_from_string(buffer.getvalue())
+    proto.graph.doc_string = f"fusionplan zoo: {entry.name} {entry.input_size}"
+    return proto
+
+
+@contextmanager
+def _single_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread, restoring the previous setting afterwards.
+
+    Export time is serialisation and graph passes, not arithmetic, and torch's OpenMP
+    threads spin badly when the cores are shared (pytest-xdist, parallel dataset workers,
+    two exports at once): measured on 2 cores with one other busy process, ResNet-152
+    exports in ~3 s on one thread but ~11 s on two.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _save_external(proto: Any, final: Path, tmp: Path) -> None:
+    """Write the graph to ``tmp`` and its weights to ``<final>.data``, both atomically.
+
+    The weights are saved in a private staging directory and renamed into place *before*
+    the graph is (``write_atomic`` renames ``tmp`` onto ``final`` afterwards), so a
+    visible ``.onnx`` always has its ``.data``. The ``.onnx`` records the weights file by
+    its final base name, which is why it is staged under that name.
+    """
+    import onnx
+
+    data = data_path(final)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".staging", dir=tmp.parent))
+    try:
+        onnx.save_model(
+            proto,
+            str(staging / final.name),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=1024,
+        )
+        os.replace(staging / data.name, data)
+        os.replace(staging / final.name, tmp)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- loading
+def load_zoo_model(name: str) -> OpGraph:
+    """Import zoo model ``name`` (exporting it to the cache first if needed)."""
+    from fusionplan.onnx_import import load_model
+
+    entry = zoo_entry(name)
+    return load_model(zoo_path(entry.name), name=entry.name)
+
+
+def resolve_model(spec: str | os.PathLike) -> OpGraph:
+    """Turn a command-line model argument into an op graph: an ONNX file or a zoo name.
+
+    A path wins over a zoo name (a local file named ``resnet18`` is what the user means);
+    anything ending in ``.onnx`` is treated as a path so that a typo reports a missing
+    file rather than an unknown zoo model.
+    """
+    from fusionplan.onnx_import import load_model
+
+    text = os.fspath(spec)
+    if Path(text).is_file() or text.lower().endswith(".onnx"):
+        return load_model(text)
+    if _canonical(text) is None:
+        raise _unknown(text, "not a file and not a zoo model")
+    return load_zoo_model(text)
+
+
+def list_zoo() -> list[ZooRow]:
+    """One row per zoo model for ``fusionplan zoo list`` (cheap: does not import torch)."""
+    return [
+        ZooRow(e.name, e.input_size, e.description, e.role, is_cached(e.name)) for e in _ENTRIES
+    ]

@@ -1,0 +1,262 @@
+"""Partition plans: the result of fusion planning, its metrics, checks and file formats.
+
+A :class:`Plan` holds every group of the model, unfusable ops included as singletons.
+:meth:`Plan.validate` is the one independent checker every search and test relies on: it
+recomputes each group's cost without the memo and checks coverage, connectivity, an acyclic
+quotient graph and the buffer limit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fusionplan.errors import PlanError
+from fusionplan.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
+
+if TYPE_CHECKING:
+    from accel_model.base import CostModel
+
+PLAN_FORMAT = "fusionplan.plan"
+PLAN_FORMAT_VERSION = 1
+KB, MB = 1024, 1024**2
+
+
+@dataclass(frozen=True)
+class PlanMetrics:
+    """Totals reported for a plan; bytes, with KB/MB views (KB = 1024 B, MB = 1024^2 B)."""
+
+    dram_bytes: int
+    fusable_dram_bytes: int  # groups of fusable ops only (the paper's figure)
+    unfusable_dram_bytes: int  # ops that fit nowhere, run layer by layer
+    mbu_bytes: int  # largest F_beta over fusable groups
+    groups: int
+    fused_groups: int  # groups with more than one op
+    unfusable_ops: int
+    lower_bound_bytes: int  # compulsory traffic: graph io + all weights
+
+    @property
+    def dram_mb(self) -> float:
+        return self.dram_bytes / MB
+
+    @property
+    def fusable_dram_mb(self) -> float:
+        return self.fusable_dram_bytes / MB
+
+    @property
+    def mbu_kb(self) -> float:
+        return self.mbu_bytes / KB
+
+    def as_dict(self) -> dict[str, float | int]:
+        d: dict[str, float | int] = asdict(self)
+        d.update(dram_mb=self.dram_mb, fusable_dram_mb=self.fusable_dram_mb, mbu_kb=self.mbu_kb)
+        return d
+
+
+class Plan:
+    """Groups of one graph under one cost model, with search metadata in ``info``."""
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        cost_model: CostModel,
+        groups: list[Group] | tuple[Group, ...],
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.cost_model = cost_model
+        order = quotient_order(graph, list(groups))
+        ordered = [groups[i] for i in order] if order is not None else sorted(groups, key=lowest)
+        self.groups: tuple[Group, ...] = tuple(ordered)
+        self.info: dict[str, Any] = dict(info or {})
+
+    # -- checks -----------------------------------------------------------------------
+    @cached_property
+    def unfusable(self) -> Group:
+        from accel_model.bounds import unfusable_nodes
+
+        return unfusable_nodes(self.cost_model)
+
+    def problems(self) -> list[str]:
+        """Every way the plan breaks the rules, as readable sentences (empty if valid)."""
+        g, names = self.graph, [n.name for n in self.graph.nodes]
+        found: list[str] = []
+        seen = 0
+        for grp in self.groups:
+            if grp == 0:
+                found.append("a group is empty")
+            if seen & grp:
+                dup = names[lowest(seen & grp)]
+                found.append(f"node '{dup}' is in more than one group")
+            seen |= grp
+        missing = g.all_nodes & ~seen
+        if missing:
+            example = names[lowest(missing)]
+            found.append(f"{missing.bit_count()} node(s) in no group, e.g. '{example}'")
+        if seen & ~g.all_nodes:
+            found.append("a group names a node id outside the graph")
+        for grp in self.groups:
+            if grp and not is_weakly_connected(g, grp):
+                found.append(f"group starting at '{names[lowest(grp)]}' is not weakly connected")
+        if quotient_order(g, list(self.groups)) is None:
+            found.append("the groups depend on each other in a cycle")
+        beta = self.cost_model.beta
+        for grp in self.groups:
+            if grp.bit_count() == 1 and grp & self.unfusable:
+                continue
+            if grp & self.unfusable:
+                found.append(f"unfusable node '{names[lowest(grp & self.unfusable)]}' is fused")
+            cost = self.cost_model.compute_uncached(grp)
+            if not cost.valid:
+                found.append(
+                    f"group starting at '{names[lowest(grp)]}' needs {cost.buffer} B "
+                    f"of buffer, not < {beta} B"
+                )
+        return found
+
+    def validate(self) -> Plan:
+        """Raise :class:`PlanError` unless the plan is valid; return self for chaining."""
+        found = self.problems()
+        if found:
+            more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+            raise PlanError(f"invalid plan: {found[0]}{more}")
+        return self
+
+    # -- metrics ----------------------------------------------------------------------
+    @cached_property
+    def metrics(self) -> PlanMetrics:
+        from accel_model.bounds import compulsory_traffic
+
+        cm, unfusable = self.cost_model, self.unfusable
+        fus = [cm.cost(grp) for grp in self.groups if not grp & unfusable]
+        unf = [cm.cost(grp) for grp in self.groups if grp & unfusable]
+        fus_dram = sum(c.dram for c in fus)
+        unf_dram = sum(c.dram for c in unf)
+        return PlanMetrics(
+            dram_bytes=fus_dram + unf_dram,
+            fusable_dram_bytes=fus_dram,
+            unfusable_dram_bytes=unf_dram,
+            mbu_bytes=max((c.buffer for c in fus), default=0),
+            groups=len(self.groups),
+            fused_groups=sum(1 for grp in self.groups if grp.bit_count() > 1),
+            unfusable_ops=unfusable.bit_count(),
+            lower_bound_bytes=compulsory_traffic(self.graph, cm.b),
+        )
+
+    # -- serialisation ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        from fusionplan import __version__
+
+        cm, names = self.cost_model, [n.name for n in self.graph.nodes]
+        groups = []
+        for gi, grp in enumerate(self.groups):
+            cost = cm.cost(grp)
+            groups.append(
+                {
+                    "id": gi,
+                    "nodes": [names[v] for v in bits(grp)],
+                    "buffer_bytes": cost.buffer,
+                    "dram_bytes": cost.dram,
+                    "unfusable": bool(grp & self.unfusable),
+                }
+            )
+        accel = cm.accel
+        return {
+            "format": PLAN_FORMAT,
+            "version": PLAN_FORMAT_VERSION,
+            "fusionplan_version": __version__,
+            "model": {"name": self.graph.name, "ops": len(self.graph)},
+            "accelerator": {
+                "buffer_bytes": accel.buffer_bytes,
+                "scheme": accel.scheme,
+                "bytes_per_element": accel.bytes_per_element,
+            },
+            "metrics": self.metrics.as_dict(),
+            "search": self.info,
+            "groups": groups,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def save(self, path: str | Path) -> Path:
+        from fusionplan.io import write_text_atomic
+
+        return write_text_atomic(path, self.to_json() + "\n")
+
+    @staticmethod
+    def from_dict(graph: OpGraph, cost_model: CostModel, data: dict[str, Any]) -> Plan:
+        """Rebuild a plan for ``graph`` from :meth:`to_dict` output (validity not checked)."""
+        if data.get("format") != PLAN_FORMAT:
+            raise PlanError("not a fusionplan plan file (missing 'format': 'fusionplan.plan')")
+        if data.get("version") != PLAN_FORMAT_VERSION:
+            raise PlanError(f"plan format version {data.get('version')} is not supported")
+        index = graph.node_index
+        groups = []
+        for entry in data.get("groups", []):
+            mask = 0
+            for name in entry.get("nodes", []):
+                if name not in index:
+                    raise PlanError(f"plan names node '{name}', which model '{graph.name}' lacks")
+                mask |= 1 << index[name]
+            groups.append(mask)
+        return Plan(graph, cost_model, groups, info=data.get("search") or {})
+
+    @staticmethod
+    def from_json(graph: OpGraph, cost_model: CostModel, text: str) -> Plan:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"plan file is not JSON: {exc.msg} at line {exc.lineno}") from None
+        return Plan.from_dict(graph, cost_model, data)
+
+    # -- presentation -----------------------------------------------------------------
+    def group_of(self) -> dict[str, int]:
+        """ONNX node name -> group id, in the order groups execute."""
+        names = [n.name for n in self.graph.nodes]
+        return {names[v]: gi for gi, grp in enumerate(self.groups) for v in bits(grp)}
+
+    def summary(self) -> str:
+        m, accel = self.metrics, self.cost_model.accel
+        lines = [
+            f"model        {self.graph.name} ({len(self.graph)} ops)",
+            f"accelerator  {accel.describe()}",
+            f"groups       {m.groups} ({m.fused_groups} fused, {m.unfusable_ops} unfusable ops)",
+            f"DRAM         {m.dram_mb:.3f} MB (fusable {m.fusable_dram_mb:.3f} MB, "
+            f"unfusable {m.unfusable_dram_bytes / MB:.3f} MB)",
+            f"lower bound  {m.lower_bound_bytes / MB:.3f} MB",
+            f"MBU          {m.mbu_kb:.1f} KB",
+        ]
+        for key in ("search", "splitter", "budget", "seed", "wall_time_s"):
+            if key in self.info:
+                lines.append(f"{key:<12} {self.info[key]}")
+        return "\n".join(lines)
+
+    def annotate_onnx(self, src: str | Path, dst: str | Path) -> Path:
+        """Write ``src`` to ``dst`` with each compute node tagged with its fusion group.
+
+        Tags go in node ``metadata_props`` (``fusionplan.group``, ``fusionplan.group_dram``)
+        and in the doc string, which Netron shows. Folded and view ops carry no tag.
+        """
+        import onnx
+
+        from fusionplan.io import write_atomic
+        from fusionplan.onnx_import import onnx_node_names
+
+        model = onnx.load(str(src))
+        group_of = self.group_of()
+        cm = self.cost_model
+        for node, name in zip(model.graph.node, onnx_node_names(model.graph), strict=True):
+            gi = group_of.get(name)
+            if gi is None:
+                continue
+            cost = cm.cost(self.groups[gi])
+            for key, value in (("fusionplan.group", gi), ("fusionplan.group_dram", cost.dram)):
+                prop = node.metadata_props.add()
+                prop.key, prop.value = key, str(value)
+            node.doc_string = f"fusion group {gi} (DRAM {cost.dram} B, buffer {cost.buffer} B)"
+        model.ir_version = max(model.ir_version, 10)  # node metadata_props needs IR >= 10
+        return write_atomic(dst, lambda p: onnx.save(model, str(p)))

@@ -1,0 +1,273 @@
+"""Splitting invalid fusion groups into valid ones (DESIGN section 6).
+
+One protocol, several small implementations:
+
+* :class:`RandomSplitter` — the paper's baseline: random topological cuts until every part
+  fits, blind to DRAM.
+* :class:`TreeSplitter` — the paper's Algorithm 1, a recursive greedy tree over topological
+  cuts derived from edges an :class:`EdgeRanker` names as responsible for invalidity. The
+  ranker is pluggable: :class:`CostModelRanker` (no GNN) here, the graph explainers later.
+
+Every splitter memoises per group and counts how often its ranker alone rectified a group.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from fusionplan.graph import Group, OpGraph, bits
+from fusionplan.partition import cut_at
+
+if TYPE_CHECKING:
+    from accel_model.base import CostModel
+
+Edge = tuple[int, int]
+
+
+@dataclass
+class SplitStats:
+    """Counters every search reports. A group is *rectified* when the ranker's edges alone
+    (no random fallback anywhere in its split tree) produced valid parts."""
+
+    calls: int = 0
+    invalid_groups: int = 0  # distinct invalid groups split
+    memo_hits: int = 0
+    rectified: int = 0
+    fallbacks: int = 0  # random cuts taken because the ranker gave nothing usable
+
+    @property
+    def rectify_rate(self) -> float:
+        return self.rectified / self.invalid_groups if self.invalid_groups else 1.0
+
+
+class Splitter(Protocol):
+    name: str
+    stats: SplitStats
+
+    def split(self, group: Group) -> list[Group]:
+        """Valid groups that exactly cover ``group`` (the group itself if it is valid)."""
+        ...
+
+
+class EdgeRanker(Protocol):
+    name: str
+
+    def rank(self, group: Group) -> list[Edge]:
+        """Edges inside ``group``, most responsible for its invalidity first."""
+        ...
+
+
+def group_edges(graph: OpGraph, group: Group) -> list[Edge]:
+    """Producer -> consumer node pairs with both ends in ``group``, by (src, dst)."""
+    succ = graph.succ_mask
+    return [(u, v) for u in bits(group) for v in bits(succ[u] & group)]
+
+
+def positions_between(group: Group, edge: Edge) -> list[int]:
+    """Topological cut positions p with label(u) <= p < label(v) that change the group."""
+    u, v = edge
+    window = group & ((1 << v) - 1) & ~((1 << u) - 1)
+    return list(bits(window))
+
+
+class _MemoSplitter:
+    """Shared front: validity shortcut, memo and counters; subclasses split one group."""
+
+    name = "base"
+
+    def __init__(self, cost_model: CostModel, seed: int = 0) -> None:
+        self.cost_model = cost_model
+        self.graph = cost_model.graph
+        self.rng = random.Random(seed)
+        self.stats = SplitStats()
+        self._memo: dict[Group, list[Group]] = {}
+
+    def split(self, group: Group) -> list[Group]:
+        self.stats.calls += 1
+        if self.cost_model.is_valid(group) or group.bit_count() == 1:
+            return [group]
+        cached = self._memo.get(group)
+        if cached is not None:
+            self.stats.memo_hits += 1
+            return cached
+        self.stats.invalid_groups += 1
+        parts, rectified = self._split_invalid(group)
+        self.stats.rectified += rectified
+        self._memo[group] = parts
+        return parts
+
+    def _split_invalid(self, group: Group) -> tuple[list[Group], bool]:
+        raise NotImplementedError
+
+    def _random_split(self, group: Group) -> list[Group]:
+        """Random topological cuts until every part fits (single ops always stop)."""
+        done, todo = [], [group]
+        while todo:
+            g = todo.pop()
+            if g.bit_count() == 1 or self.cost_model.is_valid(g):
+                done.append(g)
+                continue
+            labels = list(bits(g))[:-1]
+            todo.extend(cut_at(self.graph, g, self.rng.choice(labels)))
+        return sorted(done)
+
+
+class RandomSplitter(_MemoSplitter):
+    """The paper's baseline: random topological cuts, no regard for DRAM."""
+
+    name = "random"
+
+    def _split_invalid(self, group: Group) -> tuple[list[Group], bool]:
+        return self._random_split(group), False
+
+
+@dataclass
+class TreeConfig:
+    """Knobs of Algorithm 1. ``top_edges``: ranked edges turned into cuts per level;
+    ``branch``: category-3 solutions explored per level; ``max_depth``: levels before a
+    random fallback (which makes the group count as not rectified)."""
+
+    top_edges: int = 3
+    branch: int = 2
+    max_depth: int = 8
+
+
+class TreeSplitter(_MemoSplitter):
+    """The paper's Algorithm 1 over any :class:`EdgeRanker`."""
+
+    def __init__(
+        self,
+        cost_model: CostModel,
+        ranker: EdgeRanker,
+        seed: int = 0,
+        config: TreeConfig | None = None,
+    ) -> None:
+        super().__init__(cost_model, seed)
+        self.ranker = ranker
+        self.config = config or TreeConfig()
+        self.name = f"tree[{ranker.name}]"
+        self._solved: dict[Group, tuple[list[Group], int, bool]] = {}
+
+    def _split_invalid(self, group: Group) -> tuple[list[Group], bool]:
+        parts, _, rectified = self._solve(group, 0)
+        return parts, rectified
+
+    def _dram(self, parts: list[Group]) -> int:
+        return sum(self.cost_model.dram_bytes(p) for p in parts)
+
+    def _solve(self, group: Group, depth: int) -> tuple[list[Group], int, bool]:
+        """(parts, their DRAM, rectified) for ``group``; memoised across calls."""
+        cm = self.cost_model
+        if group.bit_count() == 1 or cm.is_valid(group):
+            return [group], cm.dram_bytes(group), True
+        hit = self._solved.get(group)
+        if hit is not None:
+            return hit
+        candidates = self._candidate_cuts(group) if depth < self.config.max_depth else []
+        if not candidates:
+            self.stats.fallbacks += 1
+            parts = self._random_split(group)
+            result = (parts, self._dram(parts), False)
+        else:
+            result = self._best_solution(candidates, depth)
+        self._solved[group] = result
+        return result
+
+    def _candidate_cuts(self, group: Group) -> list[list[Group]]:
+        """Distinct topological cuts from the ranker's top edges, in ranking order."""
+        inside = [e for e in self.ranker.rank(group) if (group >> e[0]) & (group >> e[1]) & 1]
+        seen: set[int] = set()
+        cuts = []
+        for edge in inside[: self.config.top_edges]:
+            for p in positions_between(group, edge):
+                low = group & ((1 << (p + 1)) - 1)
+                if low not in seen:
+                    seen.add(low)
+                    cuts.append(cut_at(self.graph, group, p))
+        return cuts
+
+    def _best_solution(self, cuts: list[list[Group]], depth: int):
+        cm = self.cost_model
+        cat1, cat2, cat3 = [], [], []
+        for parts in cuts:
+            valid = [cm.is_valid(p) for p in parts]
+            (cat1 if all(valid) else cat2 if any(valid) else cat3).append((parts, valid))
+        if cat1:  # every part fits: the cheapest such cut ends the recursion
+            parts = min((p for p, _ in cat1), key=self._dram)
+            return parts, self._dram(parts), True
+        if cat2:  # keep the largest valid side, recurse on what is still invalid
+            parts, _ = max(cat2, key=self._valid_side_size)
+            return self._recurse(parts, depth)
+        # all parts invalid: explore a few cuts fully, keep the cheapest total
+        explored = [self._recurse(parts, depth) for parts, _ in cat3[: self.config.branch]]
+        return min(explored, key=lambda r: r[1])
+
+    def _valid_side_size(self, candidate: tuple[list[Group], list[bool]]) -> tuple[int, int]:
+        """Category-2 preference: most nodes in valid parts, then least DRAM among them."""
+        valid_parts = [p for p, ok in zip(*candidate, strict=True) if ok]
+        return sum(p.bit_count() for p in valid_parts), -self._dram(valid_parts)
+
+    def _recurse(self, parts: list[Group], depth: int) -> tuple[list[Group], int, bool]:
+        out, dram, rectified = [], 0, True
+        for p in parts:
+            sub, sub_dram, ok = self._solve(p, depth + 1)
+            out.extend(sub)
+            dram += sub_dram
+            rectified &= ok
+        return sorted(out), dram, rectified
+
+
+class CostModelRanker:
+    """No GNN: score every topological cut of the group with the cost model and rank each
+    edge by the best cut it spans. The natural ablation for the explainer rankers."""
+
+    name = "cost"
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+        self.graph = cost_model.graph
+
+    def _cut_score(self, group: Group, position: int) -> tuple[int, float, int]:
+        cm = self.cost_model
+        parts = cut_at(self.graph, group, position)
+        costs = [cm.cost(p) for p in parts]
+        overflow = max((c.buffer / cm.beta for c in costs if not c.valid), default=0.0)
+        return (int(overflow > 0), overflow, sum(c.dram for c in costs))
+
+    def rank(self, group: Group) -> list[Edge]:
+        scores = {p: self._cut_score(group, p) for p in list(bits(group))[:-1]}
+        ranked = []
+        for edge in group_edges(self.graph, group):
+            best = min((scores[p] for p in positions_between(group, edge)), default=None)
+            if best is not None:
+                ranked.append((best, edge))
+        ranked.sort()
+        return [edge for _, edge in ranked]
+
+
+@dataclass
+class SplitterRegistry:
+    """Splitter name -> factory(cost_model, seed). Explainer packages add their own."""
+
+    factories: dict[str, Callable[[CostModel, int], Splitter]] = field(default_factory=dict)
+
+    def register(self, name: str, factory: Callable[[CostModel, int], Splitter]) -> None:
+        self.factories[name] = factory
+
+    def names(self) -> list[str]:
+        return sorted(self.factories)
+
+    def make(self, name: str, cost_model: CostModel, seed: int = 0) -> Splitter:
+        from fusionplan.errors import ConfigError
+
+        if name not in self.factories:
+            raise ConfigError(f"unknown splitter '{name}' (choose from {', '.join(self.names())})")
+        return self.factories[name](cost_model, seed)
+
+
+SPLITTERS = SplitterRegistry()
+SPLITTERS.register("random", lambda cm, seed: RandomSplitter(cm, seed))
+SPLITTERS.register("tree", lambda cm, seed: TreeSplitter(cm, CostModelRanker(cm), seed))

@@ -1,0 +1,275 @@
+"""BRR cost model (DESIGN 5.2) against hand arithmetic on tiny graphs.
+
+Every expected number is written out from the DESIGN formulas; nothing is derived by calling
+the code under test. For a node v with output (C, H, W): h(v) = 1 on last nodes, else
+max over in-group consumers c of min((h(c) - 1) * S_c + K_c, H_out(v)); external inputs get
+rows the same way (capped at their height). footprint = sum C*W*h (+ external input rows),
+row_step = sum C*W*scale. Weights are resident iff beta >= b*W + footprint, else
+h_tile = floor((beta - footprint) / row_step) + 1 and tiles = ceil(H_out(L) / h_tile).
+"""
+
+from __future__ import annotations
+
+import pytest
+from onnx_builders import (
+    conv_chain,
+    residual_block,
+    se_block,
+    strided_chain,
+    strided_residual,
+    to_graph,
+    upsample_chain,
+)
+
+from accel_model import Accelerator, compulsory_traffic, make_cost_model, unfusable_nodes
+from accel_model.brr import BRR
+from fusionplan.graph import mask_of
+
+
+def brr(builder, beta: int = 1 << 20, b: int = 1) -> BRR:
+    model = make_cost_model(to_graph(builder()), Accelerator(beta, "brr", b))
+    assert isinstance(model, BRR)
+    return model
+
+
+def check_terms(model: BRR, nodes, footprint, row_step, last_height, weights, io) -> None:
+    g = mask_of(nodes)
+    t = model.terms(g)
+    assert t.footprint == footprint
+    assert t.row_step == row_step
+    assert t.last_height == last_height
+    assert t.weights == weights == model.weight_elements(g)
+    assert model.io_elements(g) == io
+
+
+def check_tiling(model: BRR, nodes, resident: bool, h_tile: int, tiles: int) -> None:
+    t = model.terms(mask_of(nodes))
+    assert (t.resident, t.h_tile, t.tiles) == (resident, h_tile, tiles)
+
+
+# ----------------------------------------------------------------------------- chain
+# conv_chain: 0 conv1 3x3 4->4 (148 w), 1 relu, 2 conv2 3x3 4->8 (296 w), all 8x8.
+# Row sizes C*W: x 32, conv1.out 32, relu.out 32, conv2.out 64.
+CHAIN_TERMS = [
+    # nodes, footprint, row_step, H_out(L), W, io
+    # whole: h(conv2) 1; h(relu) = (1-1)*1 + 3 = 3; h(conv1) = (3-1)*1 + 1 = 3;
+    # x rows for conv1 = (3-1)*1 + 3 = 5. footprint 64*1 + 32*3 + 32*3 + 32*5 = 416;
+    # scale 1 everywhere: row_step 64 + 32 + 32 = 128
+    ((0, 1, 2), 416, 128, 8, 444, 768),
+    # conv1+relu: h 1, 1; x rows 3: 32 + 32 + 96 = 160; row_step 32 + 32 = 64
+    ((0, 1), 160, 64, 8, 148, 512),
+    # conv1: 32*1 + x 3 rows * 32 = 128; row_step 32
+    ((0,), 128, 32, 8, 148, 512),
+    # relu: 32 + conv1.out 1 row * 32 = 64
+    ((1,), 64, 32, 8, 0, 512),
+    # conv2: 64*1 + relu.out 3 rows * 32 = 160
+    ((2,), 160, 64, 8, 296, 768),
+]
+
+
+@pytest.mark.parametrize("case", CHAIN_TERMS, ids=lambda c: str(c[0]))
+def test_conv_chain_terms(case) -> None:
+    check_terms(brr(conv_chain), *case)
+
+
+def test_conv_chain_resident_weights() -> None:
+    # beta 1024 >= W 444 + footprint 416 = 860: resident, tiles 1
+    model = brr(conv_chain, beta=1024)
+    assert model.cost(mask_of((0, 1, 2))) == (416 + 444, 768 + 444, True)
+    check_tiling(model, (0, 1, 2), True, 8, 1)  # one tile of all H_out(L) = 8 rows
+    # beta 861 is still enough
+    assert brr(conv_chain, beta=861).cost(mask_of((0, 1, 2))) == (860, 1212, True)
+
+
+def test_conv_chain_streamed_weights() -> None:
+    # beta 600 < 860: streamed; h_tile = floor((600 - 416) / 128) + 1 = 2,
+    # tiles = ceil(8 / 2) = 4; F_D = 768 + 444 * 4 = 2544; F_beta = footprint 416
+    assert brr(conv_chain, beta=600).cost(mask_of((0, 1, 2))) == (416, 2544, True)
+    check_tiling(brr(conv_chain, beta=600), (0, 1, 2), False, 2, 4)
+    # beta 859: h_tile = floor(443 / 128) + 1 = 4, tiles 2: F_D = 768 + 888 = 1656
+    assert brr(conv_chain, beta=859).cost(mask_of((0, 1, 2))) == (416, 1656, True)
+    check_tiling(brr(conv_chain, beta=859), (0, 1, 2), False, 4, 2)
+    # conv1+relu at beta 256 < 148 + 160: h_tile = floor(96 / 64) + 1 = 2, tiles 4
+    assert brr(conv_chain, beta=256).cost(mask_of((0, 1))) == (160, 512 + 148 * 4, True)
+    # ... and resident at 512: F_beta 160 + 148 = 308
+    assert brr(conv_chain, beta=512).cost(mask_of((0, 1))) == (308, 512 + 148, True)
+
+
+def test_conv_chain_two_bytes_per_element() -> None:
+    whole = mask_of((0, 1, 2))
+    # bytes: footprint 2*416 = 832, row_step 2*128 = 256, weights 2*444 = 888
+    # beta 1200 < 1720: h_tile = floor((1200 - 832) / 256) + 1 = 2, tiles 4
+    model = brr(conv_chain, beta=1200, b=2)
+    assert model.terms(whole).footprint == 416  # terms stay in elements
+    check_tiling(model, (0, 1, 2), False, 2, 4)
+    assert model.cost(whole) == (832, 2 * 768 + 888 * 4, True)  # F_D 1536 + 3552 = 5088
+    # beta 2048 >= 1720: resident
+    assert brr(conv_chain, beta=2048, b=2).cost(whole) == (1720, 1536 + 888, True)
+    assert compulsory_traffic(model.graph, 2) == 2 * (256 + 512 + 444)
+
+
+def test_footprint_must_be_strictly_below_beta() -> None:
+    whole = mask_of((0, 1, 2))
+    assert not brr(conv_chain, beta=416).is_valid(whole)
+    assert brr(conv_chain, beta=417).is_valid(whole)
+
+
+def test_unfusable_singletons() -> None:
+    # singleton footprints: conv1 128, relu 64, conv2 160
+    assert unfusable_nodes(brr(conv_chain, beta=100)) == 0b101
+    assert unfusable_nodes(brr(conv_chain, beta=150)) == 0b100
+    assert unfusable_nodes(brr(conv_chain, beta=161)) == 0
+    # costed layer by layer: own io + weights, F_beta reports the footprint
+    assert brr(conv_chain, beta=100).cost(mask_of((0,))) == (128, 512 + 148, False)
+    check_tiling(brr(conv_chain, beta=100), (0,), False, 0, 1)
+
+
+# -------------------------------------------------------------------------- strided
+# strided: 0 relu0 (4,16,16) row 64, 1 conv_s 3x3/2 -> (8,8,8) row 64, 2 conv_b 3x3 row 64,
+# 3 conv_c 1x1 -> (4,8,8) row 32. Weights 0, 296, 584, 36 (916). x row 64.
+STRIDED_TERMS = [
+    # whole: h conv_c 1; conv_b (1-1)*1 + 1 = 1; conv_s (1-1)*1 + 3 = 3;
+    # relu0 (3-1)*2 + 3 = 7 (capped at 16, not reached); x for relu0 (7-1)*1 + 1 = 7.
+    # footprint 32*1 + 64*1 + 64*3 + 64*7 + x 64*7 = 32+64+192+448+448 = 1184.
+    # scale: conv_c, conv_b, conv_s 1; relu0 = 1 * S(conv_s) 2 = 2.
+    # row_step 32 + 64 + 64 + 64*2 = 288. io x 1024 + y 256
+    ((0, 1, 2, 3), 1184, 288, 8, 916, 1280),
+    # conv_s+conv_b: h 3 for conv_s, relu0.out rows (3-1)*2 + 3 = 7:
+    # 64 + 192 + 7*64 = 704; row_step 64 + 64 = 128; io 1024 + 512
+    ((1, 2), 704, 128, 8, 880, 1536),
+    # relu0+conv_s: h conv_s 1, relu0 3, x 3: 64 + 192 + 192 = 448; row_step 64 + 128
+    ((0, 1), 448, 192, 8, 296, 1024 + 512),
+    # conv_s: 64 + relu0.out 3 rows * 64 = 256
+    ((1,), 256, 64, 8, 296, 1536),
+]
+
+
+@pytest.mark.parametrize("case", STRIDED_TERMS, ids=lambda c: str(c[0]))
+def test_strided_terms(case) -> None:
+    check_terms(brr(strided_chain), *case)
+
+
+def test_strided_costs() -> None:
+    whole = mask_of((0, 1, 2, 3))
+    # resident: 4096 >= 916 + 1184 = 2100
+    assert brr(strided_chain, beta=4096).cost(whole) == (2100, 1280 + 916, True)
+    # streamed at 1600: h_tile = floor(416 / 288) + 1 = 2, tiles ceil(8 / 2) = 4
+    assert brr(strided_chain, beta=1600).cost(whole) == (1184, 1280 + 916 * 4, True)
+    check_tiling(brr(strided_chain, beta=1600), range(4), False, 2, 4)
+    # b = 2, beta 3000: fp 2368, step 576, W 1832: h_tile = floor(632 / 576) + 1 = 2, tiles 4
+    assert brr(strided_chain, beta=3000, b=2).cost(whole) == (2368, 2560 + 1832 * 4, True)
+    # conv_s+conv_b at 1024 < 880 + 704: h_tile = floor(320 / 128) + 1 = 3,
+    # tiles = ceil(8 / 3) = 3; F_D = 1536 + 880 * 3 = 4176
+    assert brr(strided_chain, beta=1024).cost(mask_of((1, 2))) == (704, 4176, True)
+    check_tiling(brr(strided_chain, beta=1024), (1, 2), False, 3, 3)
+
+
+# -------------------------------------------------------------------------- residual
+# residual (hw 8): 0 stem, 1 conv1, 2 relu1, 3 conv2, 4 add(conv2, stem), 5 relu2; every
+# tensor (4,8,8), row 32; 444 weights in all.
+def test_residual_terms() -> None:
+    model = brr(residual_block)
+    # whole: h relu2 1, add 1, conv2 (1-1)+1 = 1, relu1 (1-1)+3 = 3, conv1 (3-1)+1 = 3,
+    # stem max(conv1: (3-1)+3 = 5, add: 1) = 5; x for stem (5-1)+3 = 7.
+    # footprint 32 * (1+1+1+3+3+5) + 32*7 = 448 + 224 = 672; row_step 6 * 32 = 192
+    check_terms(model, (0, 1, 2, 3, 4, 5), 672, 192, 8, 444, 512)
+    # block without stem: h relu2 1, add 1, conv2 1, relu1 3, conv1 3;
+    # stem.out (external) rows: for conv1 (3-1)+3 = 5, for add 1 -> 5.
+    # footprint 32 * (1+1+1+3+3) + 32*5 = 288 + 160 = 448; row_step 5 * 32 = 160
+    check_terms(model, (1, 2, 3, 4, 5), 448, 160, 8, 296, 512)
+    # conv2+add: h add 1, conv2 1; relu1.out rows 3, stem.out rows 1:
+    # 32 + 32 + 96 + 32 = 192; row_step 64
+    check_terms(model, (3, 4), 192, 64, 8, 148, 768)
+
+
+def test_residual_costs() -> None:
+    whole = mask_of(range(6))
+    # resident: 2048 >= 444 + 672 = 1116
+    assert brr(residual_block, beta=2048).cost(whole) == (1116, 512 + 444, True)
+    # streamed at 800: h_tile = floor(128 / 192) + 1 = 1, tiles 8: F_D = 512 + 444*8 = 4064
+    assert brr(residual_block, beta=800).cost(whole) == (672, 4064, True)
+    # streamed at 1000: h_tile = floor(328 / 192) + 1 = 2, tiles 4: F_D = 512 + 1776 = 2288
+    assert brr(residual_block, beta=1000).cost(whole) == (672, 2288, True)
+
+
+def test_rows_are_capped_at_the_producer_height() -> None:
+    model = brr(lambda: residual_block(hw=4))  # every tensor (4,4,4), row 4*4 = 16
+    # stem needs min((3-1)+3 = 5, H 4) = 4 rows; x needs min((4-1)+3 = 6, 4) = 4 rows.
+    # footprint 16 * (1+1+1+3+3+4) + 16*4 = 208 + 64 = 272; row_step 6 * 16 = 96
+    check_terms(model, range(6), 272, 96, 4, 444, 64 + 64)
+    # beta 400 < 444 + 272: h_tile = floor(128 / 96) + 1 = 2, tiles = ceil(4 / 2) = 2
+    assert brr(lambda: residual_block(hw=4), beta=400).cost(mask_of(range(6))) == (
+        272,
+        128 + 444 * 2,
+        True,
+    )
+
+
+# ------------------------------------------------------------------------------- SE
+# se: 0 conv 3x3 8->8 (584), 1 gap, 2 fc1 (18), 3 relu, 4 fc2 (24), 5 sigmoid, 6 mul.
+# Rows C*W: x, conv.out, y 64; gap.out, fc2.out, sig.out 8; fc1.out, relu.out 2.
+def test_se_terms() -> None:
+    model = brr(se_block)
+    # whole: h mul 1; sigmoid min(1, H 1) = 1; fc2, relu, fc1, gap 1;
+    # conv: for gap (K = H_in 8, S = 8/1): (1-1)*8 + 8 = 8; for mul 1 -> 8 (whole map);
+    # x for conv min((8-1)+3 = 10, 8) = 8.
+    # footprint 64 + 8 + 8 + 2 + 2 + 8 + 64*8 + x 64*8 = 92 + 512 + 512 = 1116.
+    # scale: 1 for mul..gap; conv max(scale(gap) 1 * S_gap 8, 1 * 1) = 8:
+    # row_step 92 + 64*8 = 604
+    check_terms(model, range(7), 1116, 604, 8, 626, 1024)
+    # without conv: conv.out is external, read by gap (8 rows) and mul (1 row) -> 8 rows;
+    # footprint 92 + 64*8 = 604; row_step 92
+    check_terms(model, range(1, 7), 604, 92, 8, 42, 1024)
+
+
+def test_se_costs() -> None:
+    whole = mask_of(range(7))
+    # resident at 2048 >= 626 + 1116 = 1742
+    assert brr(se_block, beta=2048).cost(whole) == (1742, 1024 + 626, True)
+    # streamed at 1200: h_tile = floor(84 / 604) + 1 = 1, tiles 8: F_D = 1024 + 626*8
+    assert brr(se_block, beta=1200).cost(whole) == (1116, 1024 + 5008, True)
+    check_tiling(brr(se_block, beta=1200), range(7), False, 1, 8)
+    check_tiling(brr(se_block, beta=2048), range(7), True, 8, 1)
+    # invalid at 1116 (footprint not below beta)
+    assert not brr(se_block, beta=1116).is_valid(whole)
+
+
+# ----------------------------------------------------------------- strided residual
+def test_strided_residual_takes_the_max_over_consumers() -> None:
+    # strided_residual: 0 stem relu (4,8,8) row 32, 1 conv_s 3x3/2 -> (4,4,4) row 16,
+    # 2 conv 3x3, 3 pool (K 1, S 2), 4 add(conv, pool). 296 weights.
+    # h add 1, conv 1, pool 1, conv_s (1-1)*1 + 3 = 3; stem max(conv_s: (3-1)*2 + 3 = 7,
+    # pool: (1-1)*2 + 1 = 1) = 7; x 7. footprint 16*(1+1+1+3) + 32*7 + 32*7 = 96 + 448 = 544.
+    # scale: add, conv, pool, conv_s 1; stem max(1 * 2, 1 * 2) = 2:
+    # row_step 16*4 + 32*2 = 128. H_out(L) = 4.
+    check_terms(brr(strided_residual), range(5), 544, 128, 4, 296, 256 + 64)
+    # beta 700 < 296 + 544: h_tile = floor(156 / 128) + 1 = 2, tiles = ceil(4 / 2) = 2
+    assert brr(strided_residual, beta=700).cost(mask_of(range(5))) == (544, 320 + 592, True)
+
+
+# ---------------------------------------------------------------- upsampling rows
+# upsample: 0 deconv ConvTranspose 4x4/2 on x (4,4,4) (row 16) -> (4,8,8) (row 32), 260 w;
+# 1 resize linear x2 -> (4,16,16) (row 64); 2 relu -> (4,16,16).
+def test_upsampling_rows_and_fractional_scale() -> None:
+    model = brr(upsample_chain)
+    # h relu 1, resize 1; deconv for the linear resize (K 2, S 8/16 = 0.5): 0*0.5 + 2 = 2;
+    # x for the deconv (K = ceil(4/2) = 2, S = 1/2): ceil((2-1)*0.5 + 2) = 3 (of 4).
+    # footprint 64 + 64 + 32*2 + 16*3 = 240.
+    # scale relu 1, resize 1, deconv 1 * 0.5: row_step 64 + 64 + 32*0.5 = 144
+    check_terms(model, range(3), 240, 144, 16, 260, 64 + 1024)
+    # streamed at 400 < 260 + 240: h_tile = floor(160 / 144) + 1 = 2, tiles = ceil(16/2) = 8
+    assert brr(upsample_chain, beta=400).cost(mask_of(range(3))) == (240, 1088 + 260 * 8, True)
+    # nearest resize reads 1 row per output row (K 1): deconv h = 0*0.5 + 1 = 1,
+    # x ceil(0*0.5 + 2) = 2: footprint 64 + 64 + 32 + 32 = 192; row_step unchanged 144
+    check_terms(brr(lambda: upsample_chain("nearest")), range(3), 192, 144, 16, 260, 1088)
+
+
+def test_memo_hit_returns_the_same_object() -> None:
+    model = brr(se_block, beta=1200)
+    g = model.graph.all_nodes
+    first = model.cost(g)
+    again = model.cost(g)
+    assert again is first
+    assert (model.stats.queries, model.stats.hits) == (2, 1)
+    model.cost(mask_of((0,)))
+    assert (model.stats.queries, model.stats.hits) == (3, 1)
