@@ -1,0 +1,121 @@
+"""The fusion-planning problem every search algorithm shares.
+
+A search proposes partitions of the *fusable* nodes freely (edge cuts, mutations). The
+problem turns each proposal into a valid, costed candidate: make it structurally sound,
+split invalid groups with the configured splitter, and sum the memoised group costs. It
+also counts proposals, so every algorithm can stop exactly at its budget.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from accel_model.bounds import unfusable_nodes
+from fusionplan.graph import Group, bits, lowest, weak_components
+from fusionplan.partition import groups_from_cut_edges, make_sound
+
+if TYPE_CHECKING:
+    from accel_model.base import CostModel
+    from fusionplan.plan import Plan
+    from fusionplan.split import Splitter
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid partition of the whole graph and its objectives (bytes)."""
+
+    groups: tuple[Group, ...]  # sorted by lowest node; unfusable singletons included
+    dram: int
+    mbu: int
+
+    @property
+    def key(self) -> tuple[Group, ...]:
+        return self.groups
+
+
+class BudgetExhausted(Exception):
+    """Raised by :meth:`FusionProblem.evaluate` when a search asks past its budget."""
+
+
+@dataclass
+class FusionProblem:
+    """Graph + cost model + splitter, with a proposal counter bounded by ``budget``."""
+
+    cost_model: CostModel
+    splitter: Splitter
+    budget: int
+    proposed: int = 0
+    seen: dict[tuple[Group, ...], Candidate] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        cm = self.cost_model
+        self.graph = cm.graph
+        self.unfusable: Group = unfusable_nodes(cm)
+        self.fusable: Group = self.graph.all_nodes & ~self.unfusable
+        self.fixed: list[Group] = [1 << v for v in bits(self.unfusable)]
+        pairs = {(e.src, e.dst) for e in self.graph.edges}
+        fus = self.fusable
+        self.edges: list[tuple[int, int]] = sorted(
+            (u, v) for u, v in pairs if (fus >> u) & (fus >> v) & 1
+        )
+
+    # -- proposals --------------------------------------------------------------------
+    @property
+    def remaining(self) -> int:
+        return self.budget - self.proposed
+
+    def evaluate(self, groups: list[Group]) -> Candidate:
+        """Count one proposal and return its valid, costed candidate.
+
+        ``groups`` are disjoint sets of fusable nodes covering all of them; they need not
+        be connected, acyclic or valid.
+        """
+        if self.proposed >= self.budget:
+            raise BudgetExhausted(f"budget of {self.budget} plans is spent")
+        self.proposed += 1
+        sound = make_sound(self.graph, [*groups, *self.fixed])
+        final: list[Group] = []
+        split = self.splitter.split
+        for g in sound:
+            if g & self.unfusable:
+                final.append(g)
+            else:
+                final.extend(split(g))
+        final.sort(key=lowest)
+        key = tuple(final)
+        hit = self.seen.get(key)
+        if hit is not None:
+            return hit
+        cost = self.cost_model.cost
+        unf = self.unfusable
+        dram = mbu = 0
+        for g in final:
+            c = cost(g)
+            dram += c.dram
+            if not g & unf and c.buffer > mbu:
+                mbu = c.buffer
+        cand = Candidate(key, dram, mbu)
+        self.seen[key] = cand
+        return cand
+
+    def evaluate_cuts(self, cut: list[bool]) -> Candidate:
+        """Evaluate the partition whose groups are components of the uncut edges."""
+        return self.evaluate(groups_from_cut_edges(self.graph, self.fusable, cut, self.edges))
+
+    # -- encodings and sampling -------------------------------------------------------
+    def random_cuts(self, rng: random.Random) -> list[bool]:
+        """Edge-cut bits with a cut probability drawn per plan, so both fine and coarse
+        partitions are sampled."""
+        p = rng.random()
+        return [rng.random() < p for _ in self.edges]
+
+    def whole_components(self) -> list[Group]:
+        """The coarsest proposal: each connected region of fusable nodes as one group."""
+        return weak_components(self.graph, self.fusable)
+
+    def to_plan(self, candidate: Candidate, info: dict[str, Any] | None = None) -> Plan:
+        from fusionplan.plan import Plan
+
+        return Plan(self.graph, self.cost_model, list(candidate.groups), info=info)

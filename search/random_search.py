@@ -1,0 +1,24 @@
+"""Random search (RS): an independent random partition at every step."""
+
+from __future__ import annotations
+
+import random
+
+from search.base import Progress, register_search
+from search.problem import FusionProblem
+from search.result import Recorder, SearchResult
+
+
+class RandomSearch:
+    name = "rs"
+
+    def run(self, problem: FusionProblem, seed: int, progress: Progress | None = None
+            ) -> SearchResult:  # fmt: skip
+        rng = random.Random(seed)
+        rec = Recorder(problem, progress)
+        while problem.remaining > 0:
+            rec.observe(problem.evaluate_cuts(problem.random_cuts(rng)))
+        return rec.result(self.name, seed)
+
+
+register_search("rs", RandomSearch)

@@ -1,0 +1,110 @@
+"""What every search returns, and the recorder that builds it as candidates arrive."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from search.problem import Candidate, FusionProblem
+
+
+@dataclass
+class SearchResult:
+    """Best plan, Pareto front (DRAM vs MBU), trace and counters of one search run."""
+
+    algorithm: str
+    best: Candidate
+    pareto: list[Candidate]
+    trace: list[tuple[int, int]]  # (plans proposed, best DRAM bytes) at each improvement
+    proposed: int
+    budget: int
+    seed: int
+    wall_time_s: float
+    cost_queries: int
+    cost_hit_rate: float
+    split_calls: int
+    invalid_groups: int
+    rectify_rate: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def plans_per_second(self) -> float:
+        return self.proposed / self.wall_time_s if self.wall_time_s > 0 else float("inf")
+
+    def info(self) -> dict[str, Any]:
+        """Metadata stored with the plan (JSON-friendly)."""
+        return {
+            "search": self.algorithm,
+            "budget": self.budget,
+            "proposed": self.proposed,
+            "seed": self.seed,
+            "wall_time_s": round(self.wall_time_s, 3),
+            "plans_per_second": round(self.plans_per_second, 1),
+            "cost_queries": self.cost_queries,
+            "cost_cache_hit_rate": round(self.cost_hit_rate, 4),
+            "split_calls": self.split_calls,
+            "invalid_groups_split": self.invalid_groups,
+            "rectify_rate": round(self.rectify_rate, 4),
+            "trace": self.trace,
+            "pareto": [{"dram_bytes": c.dram, "mbu_bytes": c.mbu} for c in self.pareto],
+            **self.extra,
+        }
+
+
+class Recorder:
+    """Tracks the best candidate, the non-dominated set and the trace while a search runs."""
+
+    def __init__(self, problem: FusionProblem, progress: Callable[[int], None] | None = None):
+        self.problem = problem
+        self.progress = progress
+        self.best: Candidate | None = None
+        self.front: dict[tuple, Candidate] = {}
+        self.trace: list[tuple[int, int]] = []
+        self.start = time.perf_counter()
+        cm = problem.cost_model
+        self._q0, self._h0 = cm.stats.queries, cm.stats.hits
+
+    def observe(self, cand: Candidate) -> Candidate:
+        if self.best is None or cand.dram < self.best.dram:
+            self.best = cand
+            self.trace.append((self.problem.proposed, cand.dram))
+        self._update_front(cand)
+        if self.progress is not None:
+            self.progress(self.problem.proposed)
+        return cand
+
+    def _update_front(self, cand: Candidate) -> None:
+        objs = (cand.dram, cand.mbu)
+        for other in self.front.values():
+            if other.dram <= objs[0] and other.mbu <= objs[1]:
+                return  # dominated or equal
+        self.front = {
+            k: c for k, c in self.front.items() if not (objs[0] <= c.dram and objs[1] <= c.mbu)
+        }
+        self.front[cand.key] = cand
+
+    def result(self, algorithm: str, seed: int, **extra: Any) -> SearchResult:
+        if self.best is None:
+            raise ValueError("a search must evaluate at least one plan (budget >= 1)")
+        p = self.problem
+        cm, st = p.cost_model, p.splitter.stats
+        queries = cm.stats.queries - self._q0
+        hits = cm.stats.hits - self._h0
+        return SearchResult(
+            algorithm=algorithm,
+            best=self.best,
+            pareto=sorted(self.front.values(), key=lambda c: (c.dram, c.mbu)),
+            trace=self.trace,
+            proposed=p.proposed,
+            budget=p.budget,
+            seed=seed,
+            wall_time_s=time.perf_counter() - self.start,
+            cost_queries=queries,
+            cost_hit_rate=hits / queries if queries else 0.0,
+            split_calls=st.calls,
+            invalid_groups=st.invalid_groups,
+            rectify_rate=st.rectify_rate,
+            extra=extra,
+        )
