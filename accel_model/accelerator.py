@@ -8,8 +8,19 @@ from dataclasses import dataclass
 
 from fusionplan.errors import ConfigError
 
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
-          "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}  # fmt: skip
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1024,
+    "KB": 1024,
+    "KIB": 1024,
+    "M": 1024**2,
+    "MB": 1024**2,
+    "MIB": 1024**2,
+    "G": 1024**3,
+    "GB": 1024**3,
+    "GIB": 1024**3,
+}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 
 
@@ -28,8 +39,9 @@ def parse_size(value: str | int | float) -> int:
             raise ConfigError(f"buffer size {value!r} is not a size like 256KB, 0.5MB or 131072")
         number, unit = float(match.group(1)), match.group(2).upper()
         if unit not in _UNITS:
-            raise ConfigError(f"buffer size {value!r} has unknown unit '{match.group(2)}'"
-                              " (use B, KB, MB or GB)")  # fmt: skip
+            raise ConfigError(
+                f"buffer size {value!r} has unknown unit '{match.group(2)}' (use B, KB, MB or GB)"
+            )
     size = number * _UNITS[unit]
     if not math.isfinite(size):
         raise ConfigError(f"buffer size {value!r} is not a finite size")
@@ -75,5 +87,7 @@ class Accelerator:
         return Accelerator(parse_size(buffer), scheme.lower(), int(bytes_per_element))
 
     def describe(self) -> str:
-        return (f"{format_size(self.buffer_bytes)} buffer, {self.scheme.upper()}, "
-                f"{self.bytes_per_element} B/elem")  # fmt: skip
+        return (
+            f"{format_size(self.buffer_bytes)} buffer, {self.scheme.upper()}, "
+            f"{self.bytes_per_element} B/elem"
+        )

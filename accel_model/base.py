@@ -44,8 +44,9 @@ class CostModel(ABC):
         self.stats = CacheStats()
         self._memo: dict[Group, GroupCost] = {}
         t = graph.tensors
-        self._in = tuple(tuple((ti, t[ti].producer, t[ti].size) for ti in n.inputs)
-                         for n in graph.nodes)  # fmt: skip
+        self._in = tuple(
+            tuple((ti, t[ti].producer, t[ti].size) for ti in n.inputs) for n in graph.nodes
+        )
         outs = graph.graph_output_set
         self._out = tuple(
             tuple((graph.consumer_mask[ti], ti in outs, t[ti].size) for ti in n.outputs)

@@ -26,8 +26,7 @@ class BRRTerms:
     layer, weights read once).
     """
 
-    __slots__ = ("footprint", "h_tile", "last_height", "resident", "row_step", "tiles",
-                 "weights")  # fmt: skip
+    __slots__ = ("footprint", "h_tile", "last_height", "resident", "row_step", "tiles", "weights")
 
     def __init__(self, footprint, row_step, last_height, weights) -> None:
         self.footprint, self.row_step = footprint, row_step

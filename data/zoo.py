@@ -390,21 +390,35 @@ def load_zoo_model(name: str) -> OpGraph:
     return load_model(zoo_path(entry.name), name=entry.name)
 
 
-def resolve_model(spec: str | os.PathLike) -> OpGraph:
-    """Turn a command-line model argument into an op graph: an ONNX file or a zoo name.
+def model_source(spec: str | os.PathLike) -> Path:
+    """The ONNX file behind a command-line model argument: a file path or a zoo name.
 
     A path wins over a zoo name (a local file named ``resnet18`` is what the user means);
     anything ending in ``.onnx`` is treated as a path so that a typo reports a missing
-    file rather than an unknown zoo model.
+    file rather than an unknown zoo model. Zoo models are exported on first use.
+    """
+    text = os.fspath(spec)
+    if Path(text).is_file() or text.lower().endswith(".onnx"):
+        if not Path(text).is_file():
+            raise ModelError(f"model file not found: {text}")
+        return Path(text)
+    if _canonical(text) is None:
+        raise _unknown(text, "not a file and not a zoo model")
+    return zoo_path(text)
+
+
+def resolve_model(spec: str | os.PathLike, **import_options: Any) -> OpGraph:
+    """Turn a command-line model argument into an op graph (see :func:`model_source`).
+
+    ``import_options`` go to :func:`fusionplan.onnx_import.load_model` (``input_shapes``,
+    ``strict_ops``).
     """
     from fusionplan.onnx_import import load_model
 
     text = os.fspath(spec)
-    if Path(text).is_file() or text.lower().endswith(".onnx"):
-        return load_model(text)
-    if _canonical(text) is None:
-        raise _unknown(text, "not a file and not a zoo model")
-    return load_zoo_model(text)
+    path = model_source(text)
+    canonical = None if Path(text).is_file() else _canonical(text)
+    return load_model(path, name=canonical or path.stem, **import_options)
 
 
 def list_zoo() -> list[ZooRow]:

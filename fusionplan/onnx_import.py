@@ -31,12 +31,35 @@ ELTWISE_OPS = frozenset(
 )
 ACT_OPS = frozenset(
     {
-        "Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu",
-        "Selu", "Celu", "Softplus", "Softsign", "Gelu", "Erf", "Exp", "Log", "Sqrt",
-        "Reciprocal", "Neg", "Abs", "Mish", "ThresholdedRelu", "BatchNormalization",
-        "InstanceNormalization", "LayerNormalization", "LRN", "Cast",
+        "Relu",
+        "LeakyRelu",
+        "Clip",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "Tanh",
+        "Elu",
+        "Selu",
+        "Celu",
+        "Softplus",
+        "Softsign",
+        "Gelu",
+        "Erf",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Reciprocal",
+        "Neg",
+        "Abs",
+        "Mish",
+        "ThresholdedRelu",
+        "BatchNormalization",
+        "InstanceNormalization",
+        "LayerNormalization",
+        "LRN",
+        "Cast",
     }
-)  # fmt: skip
+)
 SIMPLE_KINDS = {
     "Concat": "concat",
     "Pad": "pad",
@@ -291,9 +314,13 @@ class _Importer:
                 dims = self.shapes.get(tname)
                 if dims is None:
                     maker = made_by.get(tname)
-                    where = (f" (output of {maker.op_type} node '{maker.name}')" if maker
-                             and maker.name else f" (output of a {maker.op_type} node)" if maker
-                             else "")  # fmt: skip
+                    where = (
+                        f" (output of {maker.op_type} node '{maker.name}')"
+                        if maker and maker.name
+                        else f" (output of a {maker.op_type} node)"
+                        if maker
+                        else ""
+                    )
                     raise ModelError(
                         f"tensor '{tname}'{where} has a dynamic or unknown shape; export the "
                         "model with static shapes or pass input shapes "
@@ -373,8 +400,16 @@ class _Importer:
             else:
                 macs = out_elems * kk
             kind = "conv" if op in CONV_OPS else "pool"
-            return Node(kind=kind, kernel=kernel, stride=stride, pads=pads4, groups=groups,
-                        dilation=dilation, macs=macs, **common)  # fmt: skip
+            return Node(
+                kind=kind,
+                kernel=kernel,
+                stride=stride,
+                pads=pads4,
+                groups=groups,
+                dilation=dilation,
+                macs=macs,
+                **common,
+            )
         if op in MATMUL_OPS:
             k = in_shapes[0][0] * in_shapes[0][1] * in_shapes[0][2] if in_shapes else 0
             if op == "MatMul" and in_shapes:

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from fusionplan.graph import Group, OpGraph, bits, lowest, topological_cut, weak_components
 
 
-def groups_from_cut_edges(graph: OpGraph, nodes: Group, cut: Sequence[bool],
-                          edges: Sequence[tuple[int, int]]) -> list[Group]:  # fmt: skip
+def groups_from_cut_edges(
+    graph: OpGraph, nodes: Group, cut: Sequence[bool], edges: Sequence[tuple[int, int]]
+) -> list[Group]:
     """Connected components of ``nodes`` when the edges with ``cut[i]`` set are removed.
 
     ``edges`` lists the (src, dst) pairs the bit-string ``cut`` refers to; nodes in ``nodes``

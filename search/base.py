@@ -17,8 +17,9 @@ class Search(Protocol):
 
     name: str
 
-    def run(self, problem: FusionProblem, seed: int, progress: Progress | None = None
-            ) -> SearchResult: ...  # fmt: skip
+    def run(
+        self, problem: FusionProblem, seed: int, progress: Progress | None = None
+    ) -> SearchResult: ...
 
 
 _SEARCHES: dict[str, Callable[[], Search]] = {}

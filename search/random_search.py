@@ -12,8 +12,9 @@ from search.result import Recorder, SearchResult
 class RandomSearch:
     name = "rs"
 
-    def run(self, problem: FusionProblem, seed: int, progress: Progress | None = None
-            ) -> SearchResult:  # fmt: skip
+    def run(
+        self, problem: FusionProblem, seed: int, progress: Progress | None = None
+    ) -> SearchResult:
         rng = random.Random(seed)
         rec = Recorder(problem, progress)
         while problem.remaining > 0:

@@ -39,24 +39,47 @@ class Net:
     def weight(self, name: str, *shape: int) -> str:
         return self.const(name, self.rng.standard_normal(shape).astype(np.float32))
 
-    def op(self, op_type: str, inputs: list[str], outputs: list[str] | str, name: str,
-           **attrs) -> str:  # fmt: skip
+    def op(
+        self, op_type: str, inputs: list[str], outputs: list[str] | str, name: str, **attrs
+    ) -> str:
         outs = [outputs] if isinstance(outputs, str) else outputs
         self.nodes.append(helper.make_node(op_type, inputs, outs, name=name, **attrs))
         return outs[0]
 
-    def conv(self, x: str, name: str, cin: int, cout: int, k: int = 3, stride: int = 1,
-             group: int = 1, bias: bool = True) -> str:  # fmt: skip
+    def conv(
+        self,
+        x: str,
+        name: str,
+        cin: int,
+        cout: int,
+        k: int = 3,
+        stride: int = 1,
+        group: int = 1,
+        bias: bool = True,
+    ) -> str:
         """A Conv with 'same' padding for odd k; weights (cout, cin/group, k, k) + bias."""
         ins = [x, self.weight(f"{name}.w", cout, cin // group, k, k)]
         if bias:
             ins.append(self.weight(f"{name}.b", cout))
         p = k // 2
-        return self.op("Conv", ins, f"{name}.out", name, kernel_shape=[k, k],
-                       strides=[stride, stride], pads=[p, p, p, p], group=group)  # fmt: skip
+        return self.op(
+            "Conv",
+            ins,
+            f"{name}.out",
+            name,
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[p, p, p, p],
+            group=group,
+        )
 
-    def model(self, inputs: list[tuple[str, list]], outputs: list[tuple[str, list]],
-              name: str = "g", opset_imports=None) -> onnx.ModelProto:  # fmt: skip
+    def model(
+        self,
+        inputs: list[tuple[str, list]],
+        outputs: list[tuple[str, list]],
+        name: str = "g",
+        opset_imports=None,
+    ) -> onnx.ModelProto:
         graph = helper.make_graph(
             self.nodes,
             name,
@@ -168,8 +191,9 @@ def view_ops() -> onnx.ModelProto:
     t = net.op("Squeeze", [t, "ax0"], "sq.out", "sq")
     t = net.op("GlobalAveragePool", [t], "gap.out", "gap")
     t = net.op("Flatten", [t], "flat.out", "flat", axis=1)
-    t = net.op("Gemm", [t, net.weight("fc.w", 3, 4), net.weight("fc.b", 3)], "fc.out", "fc",
-               transB=1)  # fmt: skip
+    t = net.op(
+        "Gemm", [t, net.weight("fc.w", 3, 4), net.weight("fc.b", 3)], "fc.out", "fc", transB=1
+    )
     net.op("Reshape", [t, net.const("shape13", np.array([1, 3], np.int64))], "y", "reshape")
     return net.model([("x", [1, 4, 8, 8])], [("y", [1, 3])], "views")
 
@@ -180,11 +204,17 @@ def shape_subgraph() -> onnx.ModelProto:
     net = Net(7)
     c = net.conv("x", "conv", 4, 4, stride=2)
     s = net.op("Shape", [c], "shape.out", "shape")
-    n = net.op("Gather", [s, net.const("zero", np.array(0, np.int64))], "gather.out", "gather",
-               axis=0)  # fmt: skip
+    n = net.op(
+        "Gather", [s, net.const("zero", np.array(0, np.int64))], "gather.out", "gather", axis=0
+    )
     n = net.op("Unsqueeze", [n, net.const("ax0", np.array([0], np.int64))], "n1", "unsq")
-    minus = net.op("Constant", [], "minus1", "minus1",
-                   value=numpy_helper.from_array(np.array([-1], np.int64), "m1"))  # fmt: skip
+    minus = net.op(
+        "Constant",
+        [],
+        "minus1",
+        "minus1",
+        value=numpy_helper.from_array(np.array([-1], np.int64), "m1"),
+    )
     shp = net.op("Concat", [n, minus], "newshape", "concat_shape", axis=0)
     t = net.op("Reshape", [c, shp], "flat", "reshape")
     net.op("Gemm", [t, net.weight("fc.w", 3, 16), net.weight("fc.b", 3)], "y", "fc", transB=1)
@@ -221,8 +251,9 @@ def split_model() -> onnx.ModelProto:
     """x(1,8,4,4) -> conv 1x1 8->8 -> Split(axis 1, [4, 4]) -> relu / sigmoid -> add -> y."""
     net = Net(10)
     c = net.conv("x", "conv", 8, 8, k=1)
-    net.op("Split", [c, net.const("sizes", np.array([4, 4], np.int64))], ["p0", "p1"], "split",
-           axis=1)  # fmt: skip
+    net.op(
+        "Split", [c, net.const("sizes", np.array([4, 4], np.int64))], ["p0", "p1"], "split", axis=1
+    )
     a = net.op("Relu", ["p0"], "a", "relu")
     b = net.op("Sigmoid", ["p1"], "b", "sigmoid")
     net.op("Add", [a, b], "y", "add")
@@ -259,8 +290,7 @@ def with_unknown_op(op_type: str = "Einsum") -> onnx.ModelProto:
     if op_type == "Einsum":
         u = net.op("Einsum", [r, r], "u", "einsum", equation="nchw,nchw->nchw")
     else:
-        net.nodes.append(helper.make_node(op_type, [r], ["u"], name="custom",
-                                          domain="com.example"))  # fmt: skip
+        net.nodes.append(helper.make_node(op_type, [r], ["u"], name="custom", domain="com.example"))
         u = "u"
         net.value_info.append(helper.make_tensor_value_info("u", FLOAT, [1, 4, 8, 8]))
         opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.example", 1)]
@@ -308,8 +338,15 @@ def upsample_chain(mode: str = "linear") -> onnx.ModelProto:
     """
     net = Net(16)
     ins = ["x", net.weight("deconv.w", 4, 4, 4, 4), net.weight("deconv.b", 4)]
-    t = net.op("ConvTranspose", ins, "deconv.out", "deconv", kernel_shape=[4, 4],
-               strides=[2, 2], pads=[1, 1, 1, 1])  # fmt: skip
+    t = net.op(
+        "ConvTranspose",
+        ins,
+        "deconv.out",
+        "deconv",
+        kernel_shape=[4, 4],
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+    )
     scales = net.const("scales", np.array([1, 1, 2, 2], np.float32))
     t = net.op("Resize", [t, "", scales], "resize.out", "resize", mode=mode)
     net.op("Relu", [t], "y", "relu")

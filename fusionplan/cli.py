@@ -1,0 +1,353 @@
+"""The ``fusionplan`` command line. Thin: parse, call the API, print; nothing imports it.
+
+Every error caused by bad input is a :class:`FusionPlanError`, printed on one line with a
+non-zero exit code; outputs are written atomically, so a failure leaves no partial file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from fusionplan import __version__
+from fusionplan.errors import ConfigError, FusionPlanError
+
+EXIT_BAD_INPUT = 2
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+@contextmanager
+def _progress(total: int, label: str, enabled: bool) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr; yields a callback taking the number of plans done."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=_console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        done = [0]
+
+        def advance(n: int) -> None:
+            bar.advance(task, n - done[0])
+            done[0] = n
+
+        yield advance
+
+
+def _parse_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in values:
+        name, sep, dims = item.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or min(shape) <= 0:
+            raise ConfigError(f"--input-shape {item!r} is not NAME=1x3x224x224")
+        shapes[name] = shape
+    return shapes
+
+
+def _search_options(search: str, backend: str) -> dict[str, str]:
+    return {"backend": backend} if search == "nsga2" and backend != "pymoo" else {}
+
+
+# ------------------------------------------------------------------------------ commands
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fusionplan")
+def cli() -> None:
+    """Plan layer fusion of a DNN (ONNX file or zoo model) for an accelerator buffer."""
+
+
+def _common_plan_options(fn):
+    options = [
+        click.option(
+            "--scheme",
+            type=click.Choice(["lbdf", "brr"], case_sensitive=False),
+            default="lbdf",
+            show_default=True,
+            help="Fusion scheme (cost model).",
+        ),
+        click.option(
+            "--search",
+            "search_name",
+            type=click.Choice(["rs", "ls", "nsga2"]),
+            default="ls",
+            show_default=True,
+            help="Search algorithm.",
+        ),
+        click.option(
+            "--nsga2-backend",
+            type=click.Choice(["pymoo", "openbox"]),
+            default="pymoo",
+            show_default=True,
+            help="NSGA-II implementation.",
+        ),
+        click.option(
+            "--splitter",
+            default="tree",
+            show_default=True,
+            help="How invalid groups are split: random | tree (cost-model guided).",
+        ),
+        click.option(
+            "--budget",
+            type=int,
+            default=2000,
+            show_default=True,
+            help="Partition plans proposed by the search.",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--bytes-per-element", type=int, default=1, show_default=True),
+        click.option(
+            "--input-shape",
+            multiple=True,
+            metavar="NAME=1x3xHxW",
+            help="Fix a dynamic graph-input shape (repeatable).",
+        ),
+        click.option("--strict-ops", is_flag=True, help="Fail on ops the importer does not know."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@cli.command("plan")
+@click.argument("model")
+@click.option("--buffer", default="256KB", show_default=True, help="On-chip buffer, e.g. 128KB.")
+@_common_plan_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan JSON here.")
+@click.option(
+    "--onnx-out",
+    type=click.Path(dir_okay=False),
+    help="Write the model with fusion groups as node metadata.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan JSON instead of a summary.")
+def plan_cmd(
+    model,
+    buffer,
+    scheme,
+    search_name,
+    nsga2_backend,
+    splitter,
+    budget,
+    seed,
+    bytes_per_element,
+    input_shape,
+    strict_ops,
+    quiet,
+    output,
+    onnx_out,
+    as_json,
+):
+    """Plan fusion for MODEL (an ONNX file or a zoo name; see `fusionplan zoo list`)."""
+    from fusionplan.api import PlanRequest, load, plan_graph
+
+    request = PlanRequest(
+        buffer,
+        scheme.lower(),
+        search_name,
+        splitter,
+        budget,
+        seed,
+        bytes_per_element,
+        _search_options(search_name, nsga2_backend),
+    )
+    request.accelerator()
+    if budget < 1:
+        raise ConfigError(f"--budget must be at least 1, got {budget}")
+    graph = load(model, input_shapes=_parse_shapes(input_shape), strict_ops=strict_ops)
+    with _progress(budget, f"{search_name} on {graph.name}", not quiet) as progress:
+        result = plan_graph(graph, request, progress)
+    if output:
+        result.save(output)
+    if onnx_out:
+        from data.zoo import model_source
+
+        result.annotate_onnx(model_source(model), onnx_out)
+    if as_json:
+        click.echo(result.to_json())
+    else:
+        _print_plan(result)
+        for path in (output, onnx_out):
+            if path:
+                click.echo(f"wrote {path}")
+
+
+def _print_plan(plan) -> None:
+    info = plan.info
+    click.echo(plan.summary())
+    if "plans_per_second" in info:
+        click.echo(
+            f"search stats {info['proposed']} plans, {info['plans_per_second']:.0f} plans/s, "
+            f"cost cache hit {info['cost_cache_hit_rate']:.1%}, "
+            f"rectify rate {info['rectify_rate']:.1%} of {info['invalid_groups_split']} "
+            "invalid groups"
+        )
+
+
+@cli.command("sweep")
+@click.argument("model")
+@click.option(
+    "--buffers",
+    default="64KB,128KB,256KB,512KB,1MB,2MB",
+    show_default=True,
+    help="Comma-separated buffer sizes.",
+)
+@_common_plan_options
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write a DRAM-vs-buffer PNG here.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the table as CSV.")
+@click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON.")
+def sweep_cmd(
+    model,
+    buffers,
+    scheme,
+    search_name,
+    nsga2_backend,
+    splitter,
+    budget,
+    seed,
+    bytes_per_element,
+    input_shape,
+    strict_ops,
+    quiet,
+    plot,
+    output,
+    as_json,
+):
+    """DRAM traffic of MODEL across buffer sizes: a table, optionally CSV and a PNG plot."""
+    from fusionplan.api import PlanRequest, load, plan_graph
+    from fusionplan.report import sweep_rows, write_sweep_csv, write_sweep_plot
+
+    sizes = [b.strip() for b in buffers.split(",") if b.strip()]
+    if not sizes:
+        raise ConfigError("--buffers needs at least one size")
+    requests = [
+        PlanRequest(
+            b,
+            scheme.lower(),
+            search_name,
+            splitter,
+            budget,
+            seed,
+            bytes_per_element,
+            _search_options(search_name, nsga2_backend),
+        )
+        for b in sizes
+    ]
+    for r in requests:
+        r.accelerator()
+    graph = load(model, input_shapes=_parse_shapes(input_shape), strict_ops=strict_ops)
+    plans = []
+    with _progress(budget * len(requests), f"sweep {graph.name}", not quiet) as progress:
+        for i, r in enumerate(requests):
+            offset = i * budget
+            step = (lambda n, o=offset: progress(o + n)) if progress else None
+            plans.append(plan_graph(graph, r, step))
+    rows = sweep_rows(plans)
+    if output:
+        write_sweep_csv(rows, output)
+    if plot:
+        write_sweep_plot(rows, plot, title=f"{graph.name}, {scheme.upper()}")
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    _print_table(
+        ["buffer", "DRAM MB", "fusable MB", "lower bound MB", "MBU KB", "groups", "unfusable"],
+        [
+            [
+                r["buffer"],
+                f"{r['dram_mb']:.3f}",
+                f"{r['fusable_dram_mb']:.3f}",
+                f"{r['lower_bound_mb']:.3f}",
+                f"{r['mbu_kb']:.1f}",
+                r["groups"],
+                r["unfusable_ops"],
+            ]
+            for r in rows
+        ],
+        title=f"{graph.name}: {scheme.upper()}, {search_name} x {budget}, splitter {splitter}",
+    )
+    for path in (output, plot):
+        if path:
+            click.echo(f"wrote {path}")
+
+
+def _print_table(headers: list[str], rows: list[list], title: str | None = None) -> None:
+    from rich.table import Table
+
+    table = Table(*headers, title=title)
+    for row in rows:
+        table.add_row(*(str(c) for c in row))
+    _console().print(table)
+
+
+@cli.group("zoo")
+def zoo_group() -> None:
+    """The built-in model zoo (torchvision architectures exported to ONNX, no weights)."""
+
+
+@zoo_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def zoo_list(as_json: bool) -> None:
+    """List zoo models, their input sizes and whether they are cached."""
+    from dataclasses import asdict
+
+    from data.zoo import list_zoo
+
+    rows = list_zoo()
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in rows], indent=2))
+        return
+    _print_table(
+        ["name", "input", "role", "cached", "description"],
+        [[r.name, r.input_size, r.role, "yes" if r.cached else "", r.description] for r in rows],
+    )
+
+
+@zoo_group.command("export")
+@click.argument("name")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True)
+@click.option("--single-file", is_flag=True, help="Embed weights instead of FILE.data beside it.")
+def zoo_export(name: str, output: str, single_file: bool) -> None:
+    """Export zoo model NAME to an ONNX file."""
+    from data.zoo import export_model
+
+    path = export_model(name, Path(output), external_data=not single_file)
+    click.echo(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: one-line errors and exit code 2 for bad input."""
+    try:
+        cli.main(args=argv, prog_name="fusionplan", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("fusionplan: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except FusionPlanError as exc:
+        click.echo(f"fusionplan: error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        click.echo("fusionplan: interrupted", err=True)
+        sys.exit(130)
