@@ -6,12 +6,13 @@ stays importable on its own and ``fusionplan --help`` starts fast.
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "plan": "fusionplan.api",
     "sweep": "fusionplan.api",
     "load": "fusionplan.api",
     "load_model": "fusionplan.onnx_import",
@@ -22,7 +23,30 @@ _LAZY = {
     "FusionPlanError": "fusionplan.errors",
 }
 
-__all__ = [*sorted(_LAZY), "__version__"]
+__all__ = [*sorted(_LAZY), "__version__", "plan"]
+
+
+class _Package(types.ModuleType):
+    """``fp.plan`` is the planning function, although ``fusionplan.plan`` is also a module.
+
+    Importing a submodule makes the import system set it as an attribute of the package,
+    which would replace the function by the module after the first call. This property
+    keeps the function and ignores that assignment; the module stays reachable through
+    ``from fusionplan.plan import Plan`` (which reads ``sys.modules``).
+    """
+
+    @property
+    def plan(self) -> Any:
+        from fusionplan.api import plan
+
+        return plan
+
+    @plan.setter
+    def plan(self, _module: Any) -> None:
+        pass
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

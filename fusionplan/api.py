@@ -37,6 +37,22 @@ class PlanRequest:
     def accelerator(self) -> Accelerator:
         return Accelerator.of(self.buffer, self.scheme, self.bytes_per_element)
 
+    def check(self) -> None:
+        """Reject bad settings before a possibly slow model load or export."""
+        from search import search_names
+
+        self.accelerator()
+        if self.budget < 1:
+            raise ConfigError(f"budget must be at least 1 plan, got {self.budget}")
+        if self.search not in search_names():
+            raise ConfigError(
+                f"unknown search '{self.search}' (choose from {', '.join(search_names())})"
+            )
+        if self.splitter not in splitter_names():
+            raise ConfigError(
+                f"unknown splitter '{self.splitter}' (choose from {', '.join(splitter_names())})"
+            )
+
 
 def load(
     model: ModelSpec,
@@ -60,8 +76,7 @@ def plan_graph(
     """Run one search on ``graph`` and return its best plan, validated."""
     from search import FusionProblem, make_search
 
-    if request.budget < 1:
-        raise ConfigError(f"budget must be at least 1 plan, got {request.budget}")
+    request.check()
     accel = request.accelerator()
     cost_model = make_cost_model(graph, accel)
     splitter = make_splitter(request.splitter, cost_model, request.seed)
@@ -70,6 +85,14 @@ def plan_graph(
     result = algorithm.run(problem, request.seed, progress)
     info = {"model": graph.name, "splitter": request.splitter, **result.info()}
     return problem.to_plan(result.best, info).validate()
+
+
+def splitter_names() -> list[str]:
+    """Every splitter name, explainer-guided ones included when that package is present."""
+    from fusionplan.split import SPLITTERS
+
+    _register_explainer_splitters()
+    return SPLITTERS.names()
 
 
 def make_splitter(name: str, cost_model, seed: int):
@@ -111,7 +134,7 @@ def plan(
         bytes_per_element,
         dict(search_options or {}),
     )
-    request.accelerator()  # reject bad settings before a possibly slow model export
+    request.check()  # reject bad settings before a possibly slow model export
     return plan_graph(load(model), request, progress)
 
 
@@ -134,7 +157,7 @@ def sweep(
         raise ConfigError("sweep needs at least one buffer size")
     requests = [PlanRequest(buffer=b, scheme=scheme, **options) for b in buffers]
     for r in requests:
-        r.accelerator()
+        r.check()
     graph = load(model)
     points = []
     for r in requests:

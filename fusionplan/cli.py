@@ -254,7 +254,7 @@ def sweep_cmd(
         for b in sizes
     ]
     for r in requests:
-        r.accelerator()
+        r.check()
     graph = load(model, input_shapes=_parse_shapes(input_shape), strict_ops=strict_ops)
     plans = []
     with _progress(budget * len(requests), f"sweep {graph.name}", not quiet) as progress:
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("fusionplan: interrupted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"fusionplan: error: {exc.format_message()} (see --help)", err=True)
         sys.exit(exc.exit_code)
     except FusionPlanError as exc:
         click.echo(f"fusionplan: error: {exc}", err=True)

@@ -98,6 +98,7 @@ class Plan:
             found.append(f"{missing.bit_count()} node(s) in no group, e.g. '{example}'")
         if seen & ~g.all_nodes:
             found.append("a group names a node id outside the graph")
+            return found  # the checks below index per-node tables by node id
         for grp in self.groups:
             if grp and not is_weakly_connected(g, grp):
                 found.append(f"group starting at '{names[lowest(grp)]}' is not weakly connected")
@@ -190,15 +191,21 @@ class Plan:
     @staticmethod
     def from_dict(graph: OpGraph, cost_model: CostModel, data: dict[str, Any]) -> Plan:
         """Rebuild a plan for ``graph`` from :meth:`to_dict` output (validity not checked)."""
-        if data.get("format") != PLAN_FORMAT:
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise PlanError("not a fusionplan plan file (missing 'format': 'fusionplan.plan')")
         if data.get("version") != PLAN_FORMAT_VERSION:
             raise PlanError(f"plan format version {data.get('version')} is not supported")
         index = graph.node_index
+        entries = data.get("groups", [])
+        if not isinstance(entries, list):
+            raise PlanError("plan file: 'groups' must be a list of groups")
         groups = []
-        for entry in data.get("groups", []):
+        for entry in entries:
+            names = entry.get("nodes", []) if isinstance(entry, dict) else None
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise PlanError("plan file: each group must be an object with a list of node names")
             mask = 0
-            for name in entry.get("nodes", []):
+            for name in names:
                 if name not in index:
                     raise PlanError(f"plan names node '{name}', which model '{graph.name}' lacks")
                 mask |= 1 << index[name]

@@ -1,0 +1,257 @@
+"""The ``fusionplan`` command line (DESIGN 11).
+
+Successful runs go through ``click.testing.CliRunner`` (in process); exit codes and error
+output go through the installed console script (``fusionplan.cli:main``) in a subprocess,
+which is what a user sees. The search is ``rs`` with a small budget everywhere: these tests
+are about the front end, not plan quality.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx_builders import dynamic_batch, residual_block, save
+
+from accel_model import Accelerator, make_cost_model
+from fusionplan.cli import cli
+from fusionplan.onnx_import import load_model
+from fusionplan.plan import Plan
+
+BIN = Path(sys.executable).parent / "fusionplan"
+FAST = ["--search", "rs", "--budget", "10", "-q"]
+HEAVY_MODULES = ("torch", "torchvision", "onnx", "onnxruntime", "pymoo", "matplotlib")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("models")
+    save(residual_block(), d, "res")
+    save(dynamic_batch(), d, "dyn")
+    (d / "junk.onnx").write_text("this is not a protobuf\n")
+    return d
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def run_bin(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    if not BIN.exists():
+        pytest.skip(f"console script not installed at {BIN}")
+    return subprocess.run(
+        [str(BIN), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def load_plan(model_path, text: str) -> Plan:
+    """Rebuild a plan file against a fresh import of its model, and check it."""
+    data = json.loads(text)
+    graph = load_model(model_path) if Path(model_path).is_file() else _zoo(model_path)
+    accel = data["accelerator"]
+    cm = make_cost_model(
+        graph, Accelerator(accel["buffer_bytes"], accel["scheme"], accel["bytes_per_element"])
+    )
+    return Plan.from_json(graph, cm, text).validate()
+
+
+def _zoo(name: str):
+    from data.zoo import resolve_model
+
+    return resolve_model(name)
+
+
+def check_annotated(path: Path, plan: Plan) -> None:
+    onnx.checker.check_model(str(path))
+    model = onnx.load(str(path), load_external_data=False)
+    tags = {
+        node.name: int(p.value)
+        for node in model.graph.node
+        for p in node.metadata_props
+        if p.key == "fusionplan.group"
+    }
+    assert tags == plan.group_of()
+
+
+# ----------------------------------------------------------------------------- plan
+def test_plan_small_onnx(models: Path, tmp_path: Path):
+    out, ann = tmp_path / "plan.json", tmp_path / "annotated.onnx"
+    src = models / "res.onnx"
+    result = invoke("plan", src, "--buffer", "500B", *FAST, "-o", out, "--onnx-out", ann)
+    assert f"wrote {out}" in result.stdout and f"wrote {ann}" in result.stdout
+    assert "DRAM" in result.stdout and "lower bound" in result.stdout
+    plan = load_plan(src, out.read_text())
+    assert plan.cost_model.beta == 500
+    assert plan.metrics.groups >= 2  # the whole block needs 924 B: it had to be split
+    assert plan.info["search"] == "rs" and plan.info["budget"] == 10
+    check_annotated(ann, plan)
+
+
+def test_plan_json_output(models: Path, tmp_path: Path):
+    out = tmp_path / "plan.json"
+    src = models / "res.onnx"
+    result = invoke("plan", src, "--buffer", "1KB", "--scheme", "BRR", *FAST, "--json", "-o", out)
+    data = json.loads(result.stdout)  # nothing but the JSON on stdout
+    assert data["format"] == "fusionplan.plan"
+    assert data["accelerator"] == {"buffer_bytes": 1024, "scheme": "brr", "bytes_per_element": 1}
+    assert data["search"]["proposed"] == 10
+    assert out.read_text() == result.stdout
+    load_plan(src, result.stdout)
+
+
+@pytest.mark.slow
+def test_plan_resnet18(tmp_path: Path):
+    out, ann = tmp_path / "r18.json", tmp_path / "r18.onnx"
+    invoke("plan", "resnet18", "--buffer", "128KB", *FAST, "-o", out, "--onnx-out", ann)
+    plan = load_plan("resnet18", out.read_text())
+    assert plan.graph.name == "resnet18" and len(plan.graph) > 40
+    assert plan.metrics.dram_bytes >= plan.metrics.lower_bound_bytes
+    check_annotated(ann, plan)
+
+
+def test_dynamic_model_works_with_input_shape(models: Path, tmp_path: Path):
+    out = tmp_path / "plan.json"
+    invoke("plan", models / "dyn.onnx", "--input-shape", "x=1x4x8x8", *FAST, "-o", out)
+    data = json.loads(out.read_text())
+    assert [g["nodes"] for g in data["groups"]] == [["conv1", "relu"]]
+
+
+# ----------------------------------------------------------------------------- bad input
+BAD_PLAN_INPUT = {
+    "missing file": (["missing.onnx"], "model file not found: missing.onnx"),
+    "not ONNX": (["{models}/junk.onnx"], "is not an ONNX model"),
+    "dynamic shape": (["{models}/dyn.onnx"], "tensor 'x' has a dynamic or unknown shape"),
+    "buffer 0": (["{models}/res.onnx", "--buffer", "0"], "buffer size '0' must be positive"),
+    "buffer 12XB": (["{models}/res.onnx", "--buffer", "12XB"], "unknown unit 'XB'"),
+    "unknown zoo model": (["resnet9000"], "unknown model 'resnet9000'"),
+    "budget 0": (["{models}/res.onnx", "--budget", "0"], "budget must be at least 1"),
+    "unknown splitter": (["{models}/res.onnx", "--splitter", "nope"], "unknown splitter 'nope'"),
+    "bad input shape": (
+        ["{models}/dyn.onnx", "--input-shape", "x=1x4xEx8"],
+        "is not NAME=1x3x224x224",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PLAN_INPUT), ids=list(BAD_PLAN_INPUT))
+def test_plan_bad_input(case, models: Path, tmp_path: Path):
+    args, message = BAD_PLAN_INPUT[case]
+    args = [a.format(models=models) for a in args]
+    # the budget and search settings come first so that the case's own flags win
+    proc = run_bin(
+        "plan", "--search", "rs", "--budget", "5", "-q", *args, "-o", "out.json",
+        "--onnx-out", "out.onnx", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("fusionplan: error: ")
+    assert message in lines[0]
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # no plan, no annotated model, no temporaries
+
+
+def test_sweep_bad_buffer_writes_nothing(models: Path, tmp_path: Path):
+    proc = run_bin(
+        "sweep", models / "res.onnx", "--buffers", "1KB,12XB", *FAST, "-o", "s.csv",
+        "--plot", "s.png", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "fusionplan: error: buffer size '12XB' has unknown unit 'XB' (use B, KB, MB or GB)"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_bad_budget_fails_before_exporting(tmp_path: Path, fusionplan_cache: Path):
+    proc = run_bin("sweep", "squeezenet", "--budget", "0", "-q", "-o", "s.csv", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "fusionplan: error: budget must be at least 1 plan, got 0"
+    ]
+    assert list(tmp_path.iterdir()) == []
+    assert not list(fusionplan_cache.glob("**/squeezenet*"))  # nothing was exported
+
+
+def test_zoo_export_unknown_model(tmp_path: Path):
+    proc = run_bin("zoo", "export", "resnet9000", "-o", "x.onnx", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("fusionplan: error: unknown model 'resnet9000'")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- sweep
+def test_sweep_writes_csv_and_png(models: Path, tmp_path: Path):
+    table, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"
+    src = models / "res.onnx"
+    result = invoke("sweep", src, "--buffers", "2KB, 300B,600B", *FAST, "-o", table, "--plot", png)
+    assert "DRAM MB" in result.stdout
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["buffer_bytes"]) for r in rows] == [300, 600, 2048]
+    assert [r["buffer"] for r in rows] == ["300B", "600B", "2KB"]
+    for r in rows:
+        assert float(r["dram_mb"]) >= float(r["lower_bound_mb"]) > 0
+        assert float(r["mbu_kb"]) * 1024 < int(r["buffer_bytes"])
+        assert r["scheme"] == "lbdf"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    as_json = json.loads(invoke("sweep", src, "--buffers", "2KB,300B", *FAST, "--json").stdout)
+    assert [r["buffer_bytes"] for r in as_json] == [300, 2048]
+    assert as_json[1]["dram_mb"] == pytest.approx(float(rows[2]["dram_mb"]))
+
+
+# ----------------------------------------------------------------------------- zoo
+def test_zoo_list_json():
+    rows = json.loads(invoke("zoo", "list", "--json").stdout)
+    assert len(rows) == 12
+    names = [r["name"] for r in rows]
+    assert "resnet18" in names and "deeplabv3_mobilenet_v3_large" in names
+    assert all(set(r) == {"name", "input_size", "description", "role", "cached"} for r in rows)
+    assert {r["role"] for r in rows} == {"train", "unseen"}
+
+
+@pytest.mark.slow
+def test_zoo_export(tmp_path: Path):
+    out = tmp_path / "x.onnx"
+    result = invoke("zoo", "export", "resnet18", "-o", out)
+    assert f"wrote {out}" in result.stdout
+    onnx.checker.check_model(str(out))
+    graph = load_model(out)
+    assert len(graph) == len(_zoo("resnet18"))
+    assert graph.tensors[graph.inputs[0]].shape == (3, 224, 224)
+
+
+# ----------------------------------------------------------------------------- startup
+def test_help_is_fast_and_light(tmp_path: Path):
+    run_bin("--help", cwd=tmp_path)  # warm the file-system caches
+    start = time.perf_counter()
+    proc = run_bin("--help", cwd=tmp_path)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0
+    for command in ("plan", "sweep", "zoo"):
+        assert command in proc.stdout
+    assert elapsed < 2.0
+
+    code = (
+        "import sys, fusionplan.cli\n"
+        f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))"
+    )
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "[]"
+
+
+def test_version():
+    from fusionplan import __version__
+
+    assert __version__ in invoke("--version").stdout
