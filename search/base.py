@@ -1,15 +1,24 @@
-"""The search protocol and registry: one interface, several small algorithms."""
+"""The search protocol and registry: one interface, several small algorithms.
+
+``make_search(name, **options)`` builds a registered search; ``options`` are the fields of
+that search's config dataclass (``LocalSearchConfig`` for ``"ls"``, ``NSGA2Config`` for
+``"nsga2"``, e.g. ``make_search("nsga2", backend="openbox", pop_size=20)``). Unknown names
+and options raise :class:`~fusionplan.errors.ConfigError`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from fusionplan.errors import ConfigError
 from search.problem import FusionProblem
 from search.result import SearchResult
 
 Progress = Callable[[int], None]
+C = TypeVar("C")
 
 
 class Search(Protocol):
@@ -17,20 +26,23 @@ class Search(Protocol):
 
     name: str
 
-    def run(
-        self, problem: FusionProblem, seed: int, progress: Progress | None = None
-    ) -> SearchResult: ...
+    def run(self, problem: FusionProblem, seed: int, progress: Progress | None = None
+            ) -> SearchResult: ...  # fmt: skip
 
 
-_SEARCHES: dict[str, Callable[[], Search]] = {}
+_SEARCHES: dict[str, Callable[..., Search]] = {}
 
 
-def register_search(name: str, factory: Callable[[], Search]) -> None:
+def register_search(name: str, factory: Callable[..., Search]) -> None:
+    """Make ``factory(**options)`` available as ``make_search(name, **options)``."""
     _SEARCHES[name] = factory
 
 
 def _load_builtin() -> None:
-    import search.random_search  # noqa: F401  (each module registers itself)
+    # each module registers itself; none imports pymoo or openbox at module level
+    import search.local_search
+    import search.nsga2
+    import search.random_search  # noqa: F401
 
 
 def search_names() -> list[str]:
@@ -38,8 +50,42 @@ def search_names() -> list[str]:
     return sorted(_SEARCHES)
 
 
-def make_search(name: str) -> Search:
+def make_search(name: str, **options: Any) -> Search:
+    """A fresh search by registry name, configured by its config dataclass's fields."""
     _load_builtin()
     if name not in _SEARCHES:
         raise ConfigError(f"unknown search '{name}' (choose from {', '.join(search_names())})")
-    return _SEARCHES[name]()
+    factory = _SEARCHES[name]
+    if options and not _takes_options(factory):
+        raise ConfigError(f"search '{name}' takes no options, got {', '.join(sorted(options))}")
+    return factory(**options)
+
+
+def _takes_options(factory: Callable[..., Search]) -> bool:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return True
+    return any(p.kind is not inspect.Parameter.POSITIONAL_ONLY for p in params)
+
+
+def build_config(cls: type[C], config: C | None, options: Mapping[str, Any], search: str) -> C:
+    """``config`` (or the defaults) with ``options`` applied; unknown fields are an error."""
+    base = config if config is not None else cls()
+    known = {f.name for f in dataclasses.fields(base)}  # type: ignore[arg-type]
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(
+            f"search '{search}' has no option {', '.join(map(repr, unknown))} "
+            f"(options: {', '.join(sorted(known))})"
+        )
+    return dataclasses.replace(base, **options) if options else base  # type: ignore[type-var]
+
+
+def check_start(problem: FusionProblem) -> None:
+    """Refuse to start a search that could not propose a single plan."""
+    if problem.remaining < 1:
+        raise ConfigError(
+            f"search budget exhausted before the search started: {problem.proposed} of "
+            f"{problem.budget} plans already proposed (budget must leave >= 1 plan)"
+        )

@@ -8,6 +8,7 @@ also counts proposals, so every algorithm can stop exactly at its budget.
 
 from __future__ import annotations
 
+import numbers
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,12 @@ class FusionProblem:
     seen: dict[tuple[Group, ...], Candidate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from fusionplan.errors import ConfigError
+
+        budget = self.budget
+        if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
+            raise ConfigError(f"search budget must be a whole number of plans >= 1, got {budget!r}")
+        self.budget = int(budget)
         cm = self.cost_model
         self.graph = cm.graph
         self.unfusable: Group = unfusable_nodes(cm)
@@ -72,26 +79,46 @@ class FusionProblem:
         ``groups`` are disjoint sets of fusable nodes covering all of them; they need not
         be connected, acyclic or valid.
         """
-        if self.proposed >= self.budget:
-            raise BudgetExhausted(f"budget of {self.budget} plans is spent")
-        self.proposed += 1
+        self._count()
+        return self._candidate(self.realise(groups))
+
+    def realise(self, groups: list[Group]) -> tuple[Group, ...]:
+        """The valid plan a proposal becomes (sound, invalid groups split, unfusable
+        singletons added, sorted by lowest node), *without* counting a proposal.
+
+        Searches that repair their encoding before proposing (the NSGA-II ``Repair``) call
+        this, then :meth:`evaluate_realised` when the plan is actually proposed.
+        """
         sound = make_sound(self.graph, [*groups, *self.fixed])
         final: list[Group] = []
         split = self.splitter.split
+        unf = self.unfusable
         for g in sound:
-            if g & self.unfusable:
+            if g & unf:
                 final.append(g)
             else:
                 final.extend(split(g))
         final.sort(key=lowest)
-        key = tuple(final)
+        return tuple(final)
+
+    def evaluate_realised(self, plan: tuple[Group, ...]) -> Candidate:
+        """Count one proposal of a plan that :meth:`realise` returned, and cost it."""
+        self._count()
+        return self._candidate(plan)
+
+    def _count(self) -> None:
+        if self.proposed >= self.budget:
+            raise BudgetExhausted(f"budget of {self.budget} plans is spent")
+        self.proposed += 1
+
+    def _candidate(self, key: tuple[Group, ...]) -> Candidate:
         hit = self.seen.get(key)
         if hit is not None:
             return hit
         cost = self.cost_model.cost
         unf = self.unfusable
         dram = mbu = 0
-        for g in final:
+        for g in key:
             c = cost(g)
             dram += c.dram
             if not g & unf and c.buffer > mbu:

@@ -67,9 +67,12 @@ class Recorder:
         self._q0, self._h0 = cm.stats.queries, cm.stats.hits
 
     def observe(self, cand: Candidate) -> Candidate:
-        if self.best is None or cand.dram < self.best.dram:
+        best = self.best
+        if best is None or cand.dram < best.dram:
             self.best = cand
             self.trace.append((self.problem.proposed, cand.dram))
+        elif cand.dram == best.dram and cand.mbu < best.mbu:
+            self.best = cand  # same DRAM, smaller peak buffer: keeps best on the front
         self._update_front(cand)
         if self.progress is not None:
             self.progress(self.problem.proposed)
@@ -87,8 +90,14 @@ class Recorder:
 
     def result(self, algorithm: str, seed: int, **extra: Any) -> SearchResult:
         if self.best is None:
-            raise ValueError("a search must evaluate at least one plan (budget >= 1)")
+            from fusionplan.errors import ConfigError
+
+            raise ConfigError(
+                f"the search proposed no plan: budget {self.problem.budget}, "
+                f"{self.problem.proposed} already spent (budget must leave >= 1 plan)"
+            )
         p = self.problem
+        p.to_plan(self.best).validate()  # DESIGN 4: every search checks what it reports
         cm, st = p.cost_model, p.splitter.stats
         queries = cm.stats.queries - self._q0
         hits = cm.stats.hits - self._h0

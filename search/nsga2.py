@@ -1,0 +1,225 @@
+"""NSGA-II over edge-cut bit-strings, objectives (DRAM bytes, MBU bytes), both minimised.
+
+Encoding: bit ``i`` set <=> ``problem.edges[i]`` is cut; a group is a connected component
+of the uncut edges (:func:`fusionplan.partition.groups_from_cut_edges`).
+
+Backends (``NSGA2Config.backend``; also the registry name ``"nsga2-openbox"``):
+
+* ``"pymoo"`` (default) — pymoo's ``NSGA2`` driven through ask/tell. Initial population:
+  :class:`search.operators.RandomCutSampling` (the random-search distribution). Variation:
+  two-point (default) or uniform crossover + bit-flip mutation at ``mutation_rate`` per bit
+  (default ``1 / len(edges)``). Soundness and splitting run as a pymoo ``Repair``
+  (:class:`search.operators.PlanRepair`) that rewrites each offspring to the cut bits of the
+  valid plan it becomes, so the population always carries valid plans and pymoo's duplicate
+  elimination compares real plans. Budget: the population is ``min(pop_size, remaining)``
+  and, before each ``ask``, ``n_offsprings`` is capped at the remaining budget; every plan is
+  counted by :meth:`FusionProblem.evaluate_realised` inside the pymoo problem's evaluation.
+  If duplicate elimination leaves pymoo with no new offspring (a converged population on a
+  small graph), random immigrants from the sampling operator are told instead, so the run
+  still spends exactly the budget.
+* ``"openbox"`` — ``openbox.NSGAOptimizer`` (the paper's choice; see
+  :mod:`search.nsga2_openbox`). An optional extra.
+
+Seeded runs are deterministic: pymoo draws from ``np.random.default_rng(seed)`` only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fusionplan.errors import ConfigError
+from search.base import Progress, build_config, check_start, register_search
+from search.operators import PlanRepair, RandomCutSampling
+from search.problem import FusionProblem
+from search.result import Recorder, SearchResult
+
+BACKENDS = ("pymoo", "openbox")
+CROSSOVERS = ("two_point", "uniform")
+PYMOO_ONLY = ("crossover", "crossover_prob", "mutation_rate", "eliminate_duplicates")
+MATING_TRIES = 10  # mating rounds per generation before pymoo gives up on unique offspring
+
+
+@dataclass(frozen=True)
+class NSGA2Config:
+    """Settings of :class:`NSGA2Search` (``make_search("nsga2", **fields)``).
+
+    ``crossover``, ``crossover_prob``, ``mutation_rate`` and ``eliminate_duplicates`` apply
+    to the pymoo backend; OpenBox uses its own operators (half-uniform crossover, bit-flip at
+    1 / bits) and accepts only their defaults here.
+    """
+
+    pop_size: int = 10
+    backend: str = "pymoo"  # "pymoo" or "openbox"
+    crossover: str = "two_point"  # "two_point" or "uniform"
+    crossover_prob: float = 0.9
+    mutation_rate: float | None = None  # per bit; None: 1 / number of edges
+    eliminate_duplicates: bool = True
+
+    def __post_init__(self) -> None:
+        p = self.pop_size
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise ConfigError(f"nsga2 option pop_size must be an integer >= 1, got {p!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"unknown NSGA-II backend {self.backend!r} (choose from {', '.join(BACKENDS)})"
+            )
+        if self.crossover not in CROSSOVERS:
+            raise ConfigError(
+                f"nsga2 option crossover must be one of {', '.join(CROSSOVERS)}, "
+                f"got {self.crossover!r}"
+            )
+        if not _is_prob(self.crossover_prob):
+            raise ConfigError(f"nsga2 option crossover_prob must be in [0, 1], got "
+                              f"{self.crossover_prob!r}")  # fmt: skip
+        if self.mutation_rate is not None and not _is_prob(self.mutation_rate):
+            raise ConfigError(f"nsga2 option mutation_rate must be in [0, 1], got "
+                              f"{self.mutation_rate!r}")  # fmt: skip
+        if self.backend == "openbox":
+            default = NSGA2Config()
+            changed = [name for name in PYMOO_ONLY if getattr(self, name) != getattr(default, name)]
+            if changed:
+                raise ConfigError(
+                    f"nsga2 option(s) {', '.join(changed)} apply to the pymoo backend only; "
+                    "the OpenBox backend uses OpenBox's own operators"
+                )
+
+
+def _openbox_installed() -> bool:
+    """Whether OpenBox can be imported, without importing it (that takes seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("openbox") is not None
+    except (ImportError, ValueError):  # a None entry in sys.modules: blocked on purpose
+        return False
+
+
+def _is_prob(value: Any) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and 0.0 <= value <= 1.0
+    )
+
+
+class NSGA2Search:
+    """NSGA-II; ``config.backend`` picks pymoo (default) or OpenBox."""
+
+    def __init__(self, config: NSGA2Config | None = None, **options: object) -> None:
+        self.config = build_config(NSGA2Config, config, options, "nsga2")
+        if self.config.backend == "openbox" and not _openbox_installed():
+            from search.nsga2_openbox import MISSING
+
+            raise ConfigError(MISSING)
+
+    @property
+    def name(self) -> str:
+        return "nsga2" if self.config.backend == "pymoo" else "nsga2-openbox"
+
+    def run(self, problem: FusionProblem, seed: int, progress: Progress | None = None
+            ) -> SearchResult:  # fmt: skip
+        check_start(problem)
+        if self.config.backend == "openbox":
+            from search.nsga2_openbox import run_openbox
+
+            return run_openbox(self.name, self.config, problem, seed, progress)
+        rec = Recorder(problem, progress)
+        extra: dict[str, Any] = {"search_config": asdict(self.config)}
+        if not problem.edges:  # nothing to encode: every proposal is the same plan
+            while problem.remaining > 0:
+                rec.observe(problem.evaluate_cuts([]))
+        else:
+            extra.update(_run_pymoo(self.config, problem, seed, rec))
+        return rec.result(self.name, seed, **extra)
+
+
+def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorder
+               ) -> dict[str, Any]:  # fmt: skip
+    """The ask/tell loop; returns counters for the result's ``extra``."""
+    import numpy as np
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.core.population import Population
+    from pymoo.core.problem import Problem
+    from pymoo.core.repair import Repair
+    from pymoo.core.sampling import Sampling
+    from pymoo.core.termination import NoTermination
+    from pymoo.operators.crossover.pntx import TwoPointCrossover
+    from pymoo.operators.crossover.ux import UniformCrossover
+    from pymoo.operators.mutation.bitflip import BitflipMutation
+
+    n_var = len(problem.edges)
+    repair_op = PlanRepair(problem)
+    sampling_op = RandomCutSampling()
+    observe = rec.observe
+
+    class CutProblem(Problem):
+        """Each row is a repaired bit-string; evaluating it proposes its plan (counted)."""
+
+        def __init__(self) -> None:
+            super().__init__(n_var=n_var, n_obj=2, xl=0, xu=1, vtype=bool)
+
+        def _evaluate(self, X, out, *args, **kwargs):
+            F = np.empty((len(X), 2))
+            for i, x in enumerate(X):
+                cand = observe(problem.evaluate_realised(repair_op.plan_of(x)))
+                F[i, 0], F[i, 1] = cand.dram, cand.mbu
+            out["F"] = F
+
+    class CutSampling(Sampling):
+        def _do(self, _problem, n_samples, *args, random_state=None, **kwargs):
+            return sampling_op.do(n_samples, n_var, random_state)
+
+    class PlanRepairOp(Repair):
+        def _do(self, _problem, X, **kwargs):
+            return repair_op.do(X)
+
+    crossover = (TwoPointCrossover if cfg.crossover == "two_point" else UniformCrossover)(
+        prob=cfg.crossover_prob
+    )
+    rate = cfg.mutation_rate if cfg.mutation_rate is not None else min(0.5, 1.0 / n_var)
+    pop_size = min(cfg.pop_size, problem.remaining)
+    algorithm = NSGA2(
+        pop_size=pop_size,
+        sampling=CutSampling(),
+        crossover=crossover,
+        mutation=BitflipMutation(prob=1.0, prob_var=rate),
+        repair=PlanRepairOp(),
+        eliminate_duplicates=cfg.eliminate_duplicates,
+    )
+    # pymoo re-mates up to 100 times to fill a generation with unique offspring; on small
+    # graphs whose plans are nearly all in the population that dominates the run time
+    algorithm.mating.n_max_iterations = MATING_TRIES
+    pproblem = CutProblem()
+    algorithm.setup(pproblem, termination=NoTermination(), seed=seed, verbose=False)
+    rng = algorithm.random_state
+    generations = immigrant_batches = 0
+    while problem.remaining > 0:
+        if algorithm.is_initialized:
+            algorithm.n_offsprings = min(pop_size, problem.remaining)
+        infills = algorithm.ask()
+        if infills is None or len(infills) == 0:
+            # duplicate elimination found nothing new: bring in random immigrants
+            algorithm.termination.force_termination = False
+            n = min(pop_size, problem.remaining)
+            X = repair_op.do(sampling_op.do(n, n_var, rng))
+            infills = Population.new("X", X)
+            immigrant_batches += 1
+        infills = infills[: problem.remaining]  # never needed; a guard for exactness
+        algorithm.evaluator.eval(pproblem, infills, algorithm=algorithm)
+        algorithm.tell(infills=infills)
+        generations += 1
+    return {"generations": generations, "immigrant_batches": immigrant_batches}
+
+
+def _openbox_factory(config: NSGA2Config | None = None, **options: Any) -> NSGA2Search:
+    if options.get("backend", "openbox") != "openbox":
+        raise ConfigError("search 'nsga2-openbox' always uses the OpenBox backend")
+    options["backend"] = "openbox"
+    return NSGA2Search(config, **options)
+
+
+register_search("nsga2", NSGA2Search)
+register_search("nsga2-openbox", _openbox_factory)
