@@ -8,6 +8,7 @@ because the explainers learn masks over edges and need the model to honour them.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass
 
 import torch
@@ -52,7 +53,7 @@ class GINClassifier(nn.Module):
         dims = [c.in_features] + [c.hidden] * c.layers
         self.convs = nn.ModuleList(
             MaskableGINConv(nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, b), nn.ReLU()))
-            for a, b in zip(dims[:-1], dims[1:], strict=True)
+            for a, b in itertools.pairwise(dims)
         )
         self.head = nn.Linear(c.hidden, 2)
 
