@@ -158,6 +158,12 @@ class OpGraph:
         return tuple(p | s for p, s in zip(self.pred_mask, self.succ_mask, strict=True))
 
     @cached_property
+    def edge_pairs(self) -> tuple[tuple[int, int], ...]:
+        """Distinct (producer, consumer) node pairs; several tensors between two nodes
+        count once."""
+        return tuple(sorted({(e.src, e.dst) for e in self.edges}))
+
+    @cached_property
     def consumer_mask(self) -> tuple[Group, ...]:
         """Per tensor, the bitmask of nodes that read it."""
         masks = [0] * len(self.tensors)
@@ -257,21 +263,27 @@ def is_weakly_connected(graph: OpGraph, mask: Group) -> bool:
     return mask != 0 and _reach(graph.neighbour_mask, mask & -mask, mask) == mask
 
 
+def quotient_edges(graph: OpGraph, groups: list[Group]) -> list[set[int]]:
+    """Successor sets of the quotient graph: ``succ[a]`` holds b if an edge runs from group
+    a to group b. ``groups`` must be disjoint; nodes outside every group are ignored."""
+    owner = [-1] * len(graph.nodes)
+    for gi, g in enumerate(groups):
+        for v in bits(g):
+            owner[v] = gi
+    succ: list[set[int]] = [set() for _ in groups]
+    for u, v in graph.edge_pairs:
+        a, b = owner[u], owner[v]
+        if a != b and a >= 0 and b >= 0:
+            succ[a].add(b)
+    return succ
+
+
 def quotient_order(graph: OpGraph, groups: list[Group]) -> list[int] | None:
     """A topological order of ``groups`` (indices) in the quotient graph, or None if cyclic.
 
     ``groups`` must be disjoint; nodes outside every group are ignored.
     """
-    owner: dict[int, int] = {}
-    for gi, g in enumerate(groups):
-        for v in bits(g):
-            owner[v] = gi
-    succ: list[set[int]] = [set() for _ in groups]
-    for e in graph.edges:
-        a, b = owner.get(e.src), owner.get(e.dst)
-        if a is not None and b is not None and a != b:
-            succ[a].add(b)
-    return _topological_order(len(groups), _preds_from_succs(succ))
+    return _topological_order(len(groups), _preds_from_succs(quotient_edges(graph, groups)))
 
 
 def topological_cut(mask: Group, position: int) -> tuple[Group, Group]:

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from fusionplan.graph import Group, OpGraph, bits, lowest, topological_cut, weak_components
+from fusionplan.graph import (
+    Group,
+    OpGraph,
+    bits,
+    lowest,
+    quotient_edges,
+    topological_cut,
+    weak_components,
+)
 
 
 def groups_from_cut_edges(
@@ -82,16 +90,27 @@ def make_sound(graph: OpGraph, groups: Iterable[Group]) -> list[Group]:
 
 
 def _quotient_cycles(graph: OpGraph, parts: list[Group]) -> list[list[int]]:
-    """Strongly connected components (of two or more groups) of the quotient graph."""
-    owner: dict[int, int] = {}
-    for gi, g in enumerate(parts):
-        for v in bits(g):
-            owner[v] = gi
-    succ: list[set[int]] = [set() for _ in parts]
-    for e in graph.edges:
-        a, b = owner.get(e.src), owner.get(e.dst)
-        if a is not None and b is not None and a != b:
-            succ[a].add(b)
+    """Strongly connected components (of two or more groups) of the quotient graph.
+
+    Most partitions are already acyclic, so a cheap Kahn pass answers first; Tarjan runs
+    only when a cycle exists.
+    """
+    succ = quotient_edges(graph, parts)
+    indeg = [0] * len(parts)
+    for targets in succ:
+        for b in targets:
+            indeg[b] += 1
+    ready = [a for a, d in enumerate(indeg) if d == 0]
+    seen = 0
+    while ready:
+        a = ready.pop()
+        seen += 1
+        for b in succ[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+    if seen == len(parts):
+        return []
     return [comp for comp in _strongly_connected(succ) if len(comp) > 1]
 
 

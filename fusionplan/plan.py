@@ -68,7 +68,8 @@ class Plan:
     ) -> None:
         self.graph = graph
         self.cost_model = cost_model
-        order = quotient_order(graph, list(groups))
+        foreign = any(g & ~graph.all_nodes for g in groups)  # reported by problems()
+        order = None if foreign else quotient_order(graph, list(groups))
         ordered = [groups[i] for i in order] if order is not None else sorted(groups, key=lowest)
         self.groups: tuple[Group, ...] = tuple(ordered)
         self.info: dict[str, Any] = dict(info or {})
