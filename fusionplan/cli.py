@@ -335,6 +335,61 @@ def zoo_export(name: str, output: str, single_file: bool) -> None:
     click.echo(f"wrote {path}")
 
 
+@cli.group("bench")
+def bench_group() -> None:
+    """Measurements recorded in docs/results.md (search speed, zoo export/import time)."""
+
+
+@bench_group.command("speed")
+@click.argument("models", nargs=-1, required=True)
+@click.option("--buffer", default="256KB", show_default=True)
+@click.option("--scheme", type=click.Choice(["lbdf", "brr"]), default="lbdf", show_default=True)
+@click.option("--search", "search_name", default="ls", show_default=True)
+@click.option("--splitter", default="tree", show_default=True)
+@click.option("--budget", type=int, default=2000, show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def bench_speed(models, buffer, scheme, search_name, splitter, budget, repeats, seed) -> None:
+    """Plans per second of a search on MODELS (median of --repeats cold runs)."""
+    from fusionplan.api import PlanRequest
+    from fusionplan.benchmarks import search_speed
+
+    request = PlanRequest(buffer, scheme, search_name, splitter, budget, seed)
+    rows = search_speed(models, request, repeats)
+    _print_table(
+        ["model", "search", "splitter", "plans/s (median)", "runs", "best DRAM MB"],
+        [
+            [
+                r.model,
+                r.search,
+                r.splitter,
+                f"{r.plans_per_second:.0f}",
+                " ".join(f"{x:.0f}" for x in r.runs),
+                f"{r.best_dram_mb:.3f}",
+            ]
+            for r in rows
+        ],
+        title=f"{buffer} {scheme.upper()}, budget {budget}",
+    )
+
+
+@bench_group.command("zoo")
+@click.argument("models", nargs=-1)
+def bench_zoo(models) -> None:
+    """Export (into an empty temporary cache) and import time per zoo model (default: all)."""
+    from data.zoo import zoo_names
+    from fusionplan.benchmarks import zoo_times
+
+    rows = zoo_times(models or zoo_names())
+    _print_table(
+        ["model", "export s", "import s", "ops", "weights MB"],
+        [
+            [r.model, f"{r.export_s:.2f}", f"{r.import_s:.3f}", r.ops, f"{r.weights_mb:.1f}"]
+            for r in rows
+        ],
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one-line errors and exit code 2 for bad input."""
     try:
