@@ -6,10 +6,12 @@ non-zero exit code; outputs are written atomically, so a failure leaves no parti
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -66,8 +68,105 @@ def _parse_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _search_options(search: str, backend: str) -> dict[str, str]:
-    return {"backend": backend} if search == "nsga2" and backend != "pymoo" else {}
+@dataclass(frozen=True)
+class PlanOptions:
+    """The planning options shared by `plan` and `sweep`, gathered by :func:`plan_options`."""
+
+    scheme: str
+    search: str
+    nsga2_backend: str
+    splitter: str
+    budget: int
+    seed: int
+    bytes_per_element: int
+    input_shape: tuple[str, ...]
+    strict_ops: bool
+    quiet: bool
+
+    def request(self, buffer: str):
+        """A checked :class:`PlanRequest` for one buffer size (fails before any model load)."""
+        from fusionplan.api import PlanRequest
+
+        backend = {"backend": self.nsga2_backend} if self.nsga2_backend != "pymoo" else {}
+        request = PlanRequest(
+            buffer,
+            self.scheme.lower(),
+            self.search,
+            self.splitter,
+            self.budget,
+            self.seed,
+            self.bytes_per_element,
+            backend if self.search == "nsga2" else {},
+        )
+        request.check()
+        return request
+
+    def load(self, model: str):
+        from fusionplan.api import load
+
+        return load(model, input_shapes=_parse_shapes(self.input_shape), strict_ops=self.strict_ops)
+
+
+_PLAN_OPTIONS = [
+    click.option(
+        "--scheme",
+        type=click.Choice(["lbdf", "brr"], case_sensitive=False),
+        default="lbdf",
+        show_default=True,
+        help="Fusion scheme (cost model).",
+    ),
+    click.option(
+        "--search",
+        default="ls",
+        show_default=True,
+        help="Search algorithm: rs | ls | nsga2 | exact.",
+    ),
+    click.option(
+        "--nsga2-backend",
+        type=click.Choice(["pymoo", "openbox"]),
+        default="pymoo",
+        show_default=True,
+        help="NSGA-II implementation.",
+    ),
+    click.option(
+        "--splitter",
+        default="tree",
+        show_default=True,
+        help="How invalid groups are split: random | tree (cost-model guided) | "
+        "gnne | pg | rg (graph explainers).",
+    ),
+    click.option(
+        "--budget",
+        type=int,
+        default=2000,
+        show_default=True,
+        help="Partition plans proposed by the search.",
+    ),
+    click.option("--seed", type=int, default=0, show_default=True),
+    click.option("--bytes-per-element", type=int, default=1, show_default=True),
+    click.option(
+        "--input-shape",
+        multiple=True,
+        metavar="NAME=1x3xHxW",
+        help="Fix a dynamic graph-input shape (repeatable).",
+    ),
+    click.option("--strict-ops", is_flag=True, help="Fail on ops the importer does not know."),
+    click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+]
+
+
+def plan_options(fn):
+    """Add the shared planning options; the command receives them as ``opts``."""
+    fields = PlanOptions.__dataclass_fields__
+
+    @functools.wraps(fn)
+    def command(**kwargs):
+        opts = PlanOptions(**{name: kwargs.pop(name) for name in fields})
+        return fn(opts=opts, **kwargs)
+
+    for option in reversed(_PLAN_OPTIONS):
+        command = option(command)
+    return command
 
 
 # ------------------------------------------------------------------------------ commands
@@ -77,63 +176,10 @@ def cli() -> None:
     """Plan layer fusion of a DNN (ONNX file or zoo model) for an accelerator buffer."""
 
 
-def _common_plan_options(fn):
-    options = [
-        click.option(
-            "--scheme",
-            type=click.Choice(["lbdf", "brr"], case_sensitive=False),
-            default="lbdf",
-            show_default=True,
-            help="Fusion scheme (cost model).",
-        ),
-        click.option(
-            "--search",
-            "search_name",
-            type=click.Choice(["rs", "ls", "nsga2"]),
-            default="ls",
-            show_default=True,
-            help="Search algorithm.",
-        ),
-        click.option(
-            "--nsga2-backend",
-            type=click.Choice(["pymoo", "openbox"]),
-            default="pymoo",
-            show_default=True,
-            help="NSGA-II implementation.",
-        ),
-        click.option(
-            "--splitter",
-            default="tree",
-            show_default=True,
-            help="How invalid groups are split: random | tree (cost-model guided).",
-        ),
-        click.option(
-            "--budget",
-            type=int,
-            default=2000,
-            show_default=True,
-            help="Partition plans proposed by the search.",
-        ),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--bytes-per-element", type=int, default=1, show_default=True),
-        click.option(
-            "--input-shape",
-            multiple=True,
-            metavar="NAME=1x3xHxW",
-            help="Fix a dynamic graph-input shape (repeatable).",
-        ),
-        click.option("--strict-ops", is_flag=True, help="Fail on ops the importer does not know."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
 @cli.command("plan")
 @click.argument("model")
 @click.option("--buffer", default="256KB", show_default=True, help="On-chip buffer, e.g. 128KB.")
-@_common_plan_options
+@plan_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan JSON here.")
 @click.option(
     "--onnx-out",
@@ -141,41 +187,13 @@ def _common_plan_options(fn):
     help="Write the model with fusion groups as node metadata.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON instead of a summary.")
-def plan_cmd(
-    model,
-    buffer,
-    scheme,
-    search_name,
-    nsga2_backend,
-    splitter,
-    budget,
-    seed,
-    bytes_per_element,
-    input_shape,
-    strict_ops,
-    quiet,
-    output,
-    onnx_out,
-    as_json,
-):
+def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, as_json):
     """Plan fusion for MODEL (an ONNX file or a zoo name; see `fusionplan zoo list`)."""
-    from fusionplan.api import PlanRequest, load, plan_graph
+    from fusionplan.api import plan_graph
 
-    request = PlanRequest(
-        buffer,
-        scheme.lower(),
-        search_name,
-        splitter,
-        budget,
-        seed,
-        bytes_per_element,
-        _search_options(search_name, nsga2_backend),
-    )
-    request.accelerator()
-    if budget < 1:
-        raise ConfigError(f"--budget must be at least 1, got {budget}")
-    graph = load(model, input_shapes=_parse_shapes(input_shape), strict_ops=strict_ops)
-    with _progress(budget, f"{search_name} on {graph.name}", not quiet) as progress:
+    request = opts.request(buffer)
+    graph = opts.load(model)
+    with _progress(opts.budget, f"{opts.search} on {graph.name}", not opts.quiet) as progress:
         result = plan_graph(graph, request, progress)
     if output:
         result.save(output)
@@ -212,61 +230,33 @@ def _print_plan(plan) -> None:
     show_default=True,
     help="Comma-separated buffer sizes.",
 )
-@_common_plan_options
+@plan_options
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a DRAM-vs-buffer PNG here.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the table as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON.")
-def sweep_cmd(
-    model,
-    buffers,
-    scheme,
-    search_name,
-    nsga2_backend,
-    splitter,
-    budget,
-    seed,
-    bytes_per_element,
-    input_shape,
-    strict_ops,
-    quiet,
-    plot,
-    output,
-    as_json,
-):
+def sweep_cmd(model, buffers, opts: PlanOptions, plot, output, as_json):
     """DRAM traffic of MODEL across buffer sizes: a table, optionally CSV and a PNG plot."""
-    from fusionplan.api import PlanRequest, load, plan_graph
+    from fusionplan.api import plan_graph
     from fusionplan.report import sweep_rows, write_sweep_csv, write_sweep_plot
 
     sizes = [b.strip() for b in buffers.split(",") if b.strip()]
     if not sizes:
         raise ConfigError("--buffers needs at least one size")
-    requests = [
-        PlanRequest(
-            b,
-            scheme.lower(),
-            search_name,
-            splitter,
-            budget,
-            seed,
-            bytes_per_element,
-            _search_options(search_name, nsga2_backend),
-        )
-        for b in sizes
-    ]
-    for r in requests:
-        r.check()
-    graph = load(model, input_shapes=_parse_shapes(input_shape), strict_ops=strict_ops)
+    requests = [opts.request(b) for b in sizes]
+    graph = opts.load(model)
     plans = []
-    with _progress(budget * len(requests), f"sweep {graph.name}", not quiet) as progress:
+    total = opts.budget * len(requests)
+    with _progress(total, f"sweep {graph.name}", not opts.quiet) as progress:
         for i, r in enumerate(requests):
-            offset = i * budget
+            offset = i * opts.budget
             step = (lambda n, o=offset: progress(o + n)) if progress else None
             plans.append(plan_graph(graph, r, step))
     rows = sweep_rows(plans)
+    scheme = opts.scheme.upper()
     if output:
         write_sweep_csv(rows, output)
     if plot:
-        write_sweep_plot(rows, plot, title=f"{graph.name}, {scheme.upper()}")
+        write_sweep_plot(rows, plot, title=f"{graph.name}, {scheme}")
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -284,7 +274,7 @@ def sweep_cmd(
             ]
             for r in rows
         ],
-        title=f"{graph.name}: {scheme.upper()}, {search_name} x {budget}, splitter {splitter}",
+        title=f"{graph.name}: {scheme}, {opts.search} x {opts.budget}, splitter {opts.splitter}",
     )
     for path in (output, plot):
         if path:
