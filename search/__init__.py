@@ -1,8 +1,8 @@
-"""Partition-plan search: random search, local search, NSGA-II (and, later, exact).
+"""Partition-plan search: random search, local search, NSGA-II and the exact optimum.
 
-``make_search(name, **options)`` builds a registered search (``search_names()``: ``rs``,
-``ls``, ``nsga2``, ``nsga2-openbox``); options are fields of the search's config dataclass
-(:class:`LocalSearchConfig`, :class:`NSGA2Config`), e.g.
+``make_search(name, **options)`` builds a registered search (``search_names()``: ``exact``,
+``rs``, ``ls``, ``nsga2``, ``nsga2-openbox``); options are fields of the search's config
+dataclass (:class:`ExactConfig`, :class:`LocalSearchConfig`, :class:`NSGA2Config`), e.g.
 ``make_search("nsga2", backend="openbox")``. Importing this package loads neither pymoo nor
 OpenBox; the NSGA-II backends import them when they run.
 """
@@ -14,6 +14,7 @@ from search.result import Recorder, SearchResult
 __all__ = [
     "BudgetExhausted",
     "Candidate",
+    "ExactConfig",
     "FusionProblem",
     "LocalSearchConfig",
     "NSGA2Config",
@@ -28,6 +29,10 @@ __all__ = [
 
 def __getattr__(name: str):
     # the config dataclasses live with their searches; load them on first use
+    if name == "ExactConfig":
+        from search.exact import ExactConfig
+
+        return ExactConfig
     if name == "LocalSearchConfig":
         from search.local_search import LocalSearchConfig
 

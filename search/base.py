@@ -22,7 +22,11 @@ C = TypeVar("C")
 
 
 class Search(Protocol):
-    """Propose exactly ``problem.budget`` plans; return the best valid one found."""
+    """Propose at most ``problem.budget`` plans and return the best valid one found.
+
+    The heuristics (rs, ls, nsga2) propose exactly the budget; the exact DP enumerates groups
+    outside the budget and proposes only its answer.
+    """
 
     name: str
 
@@ -40,6 +44,7 @@ def register_search(name: str, factory: Callable[..., Search]) -> None:
 
 def _load_builtin() -> None:
     # each module registers itself; none imports pymoo or openbox at module level
+    import search.exact
     import search.local_search
     import search.nsga2
     import search.random_search  # noqa: F401

@@ -1,0 +1,527 @@
+"""Exact optimum: A* (a memoised DP) over the down-sets of the op graph (DESIGN section 8).
+
+``make_search("exact", time_limit_s=60, max_downsets=200_000)`` minimises total DRAM
+(the sum of group ``F_D``, unfusable singletons included) over *all* valid plans.
+
+The model
+---------
+A *down-set* D is a set of nodes closed under predecessors: the ops already executed. The
+remaining nodes ``R = V - D`` are closed under successors. From D the next group G may be
+any **connected down-set of R** (a weakly connected node set with every predecessor of its
+nodes in ``D | G``, so ``D | G`` is again a down-set) made of fusable nodes that fits the
+buffer; an unfusable node is only ever a singleton. With ``cost(G)`` the group's ``F_D``,
+
+    f(D) = min over next groups G of cost(G) + f(D | G),      f(V) = 0,
+
+and ``f(empty)`` is the optimum. The search runs A* from the empty set (``g(D)`` = cost of
+the best known way to execute D) with the admissible and consistent heuristic ``h`` below,
+memoising states by their bitmask.
+
+Exactness. (1) *Every DP path is a valid plan*: each step adds a connected group that fits
+the buffer, and the order the steps happen in is a topological order of the quotient graph
+(a group's predecessors are all in earlier groups), so the quotient is acyclic. (2) *Every
+valid plan is a DP path*: its quotient graph is acyclic, so it has a topological order
+G1..Gk; each prefix union ``G1 | ... | Gi`` is a down-set (an edge into Gi comes from Gi
+itself or an earlier group), and G(i+1) is connected, valid and a down-set of what
+remains, i.e. a transition. (3) Costs are per group, so the total does not depend on the
+order. Hence ``f(empty)`` is the optimum over valid plans.
+
+No canonical order is imposed on the next group (e.g. "it contains the lowest unexecuted
+node" is *wrong*: that node's group may need an op outside D that another, later-labelled
+group produces). Redundant orders of independent groups meet in the same memoised state,
+so they cost transitions, not states. Two exact reductions are used instead:
+
+* An unfusable node whose predecessors are all executed is executed at once (absorbed
+  into the transition that made it ready). Exact: it is a singleton group in every plan;
+  moving a ready group to the front of a topological order keeps it topological (nothing
+  left precedes it) and does not change the sum.
+* Candidate groups are grown from a ready node by *closure steps*: add a neighbour x of S
+  in R together with every ancestor of x in R (they must all be in the group for it to be a
+  down-set of R). Every intermediate set is a connected down-set of R, and every connected
+  down-set G of R is reached: start from G's lowest node (ready: its producers are not in
+  G, so they are in D), then repeatedly add a neighbour in G (G, a down-set of R, contains
+  its closure; G is connected, so a neighbour exists until the set is G). Growth stops at
+  a set that does not fit, which is exact
+  because for LBDF and BRR the buffer is **monotone over down-sets of R**: for down-sets
+  S ⊆ G of R, ``F_beta(S) <= F_beta(G)`` (and BRR's footprint likewise):
+
+  - LBDF: a node v of S has the same in-group producers in S and in G (its predecessors in
+    R are all in S), hence the same row delay and skip term; its weight and line-buffer
+    terms do not depend on the group; G only adds nodes with non-negative terms.
+  - BRR (checked at start: every tensor has >= 1 row, else no pruning): the rows kept per
+    node, ``h(v) = 1`` for a last node and
+    ``max over in-group consumers c of min(ceil((h(c)-1)*S_c + K_c), H_out(v))``
+    otherwise, are non-decreasing in the group (by induction in reverse topological order:
+    more consumers, each term non-decreasing in h(c), and each term >= 1 because
+    ``K >= 1`` and ``H_out >= 1``); the external inputs of a down-set of R are produced in
+    D or are graph inputs, so they stay external in G, with rows (a max over in-group
+    consumers) non-decreasing likewise, and G only adds terms. Validity
+    (``footprint < beta``) is therefore monotone.
+
+  For another registered scheme no such proof exists here, so growth does not stop at a
+  set that does not fit (still exact, only slower).
+
+Heuristic ``h(D)`` (bytes): weights of R, plus every tensor that R reads and that is a
+graph input or produced in D, plus every graph output produced in R. Each of them is
+moved by some group still to run (a group reads a tensor produced outside it and writes
+a graph output; BRR reads weights ``tiles >= 1`` times), so h is admissible; it is also
+consistent (``h(D) <= cost(G) + h(D | G)``), so a state's g is final when it is expanded
+and ``min f`` over the open states is a **lower bound** on the optimum at any time. At the
+empty set h is the model's compulsory traffic (DESIGN 5.3) restricted to tensors in use.
+
+Anytime behaviour. A greedy dive (repeatedly take the transition that adds the least
+unavoidable traffic per node) gives an upper bound before A* starts; A* prunes states
+whose f reaches it and stops when the smallest open f does (then the best plan is proven
+optimal). If the time limit (``time_limit_s``, the whole run) is reached first, the best
+complete plan found (dives from the most promising open states, or at worst the all-
+singleton plan, always valid) is returned with ``optimal=False`` and the lower bound.
+
+Size and refusal. With N the number of down-sets of the graph, there are at most N
+states, and at most N transitions out of a state (``D | G`` is a down-set), so at most
+N^2 candidate groups in all, each costed once per state (memoised in the cost model).
+Before searching, N is counted (a transfer-matrix count along the topological order,
+stopped past ``max_downsets``); above the limit :class:`~fusionplan.errors.ConfigError`
+says so in one line. The 12 zoo models have 38-547 down-sets (chains with skips have n+1;
+only parallel branches multiply them) and are solved to optimality in under 0.3 s at
+128-256 KB and under 5 s up to 16 MB (ResNet-152, 2 CPU cores); a DAG of k parallel
+chains of length L has about ``(L+1)^k``.
+
+Budget. The DP does not count its own enumeration as proposals: it proposes exactly one
+plan, its answer, through :meth:`FusionProblem.evaluate` (``problem.proposed`` goes up by 1,
+whatever the budget, which must leave >= 1 plan). The splitter never splits it (every
+group fits). ``SearchResult.extra`` holds ``optimal``, ``lower_bound_bytes``, ``gap``
+(relative gap of the returned plan to the bound), ``states`` (expanded), ``states_generated``
+(pushed by A*), ``groups_enumerated`` (candidate sets visited and costed), ``transitions``,
+``downsets`` (N), ``pruned_by_buffer`` (monotone pruning used), ``status`` and the config.
+Ties between optimal plans are broken deterministically (search order), not by MBU.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from fusionplan.errors import ConfigError
+from fusionplan.graph import Group, bits
+from search.base import Progress, build_config, check_start, register_search
+from search.problem import FusionProblem
+from search.result import Recorder, SearchResult
+
+if TYPE_CHECKING:
+    from accel_model.base import CostModel
+    from fusionplan.graph import OpGraph
+
+# (group of fusable nodes, unfusable nodes absorbed after it, next state, DRAM bytes)
+Transition = tuple[Group, Group, Group, int]
+
+
+@dataclass(frozen=True)
+class ExactConfig:
+    """Settings of :class:`ExactSearch` (``make_search("exact", **fields)``)."""
+
+    time_limit_s: float = 60.0  # wall-clock limit of the whole run
+    max_downsets: int = 200_000  # refuse graphs with more down-sets than this
+    greedy_dive: bool = True  # greedy upper bound before A* (prunes; anytime answer)
+    dive_share: float = 0.2  # at most this share of the time limit for that first dive
+
+    def __post_init__(self) -> None:
+        t = self.time_limit_s
+        if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
+            raise ConfigError(f"exact option time_limit_s must be a number > 0, got {t!r}")
+        m = self.max_downsets
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ConfigError(f"exact option max_downsets must be an integer >= 1, got {m!r}")
+        if not isinstance(self.greedy_dive, bool):
+            raise ConfigError(
+                f"exact option greedy_dive must be true or false, got {self.greedy_dive!r}"
+            )
+        s = self.dive_share
+        if isinstance(s, bool) or not isinstance(s, int | float) or not 0 <= s <= 1:
+            raise ConfigError(f"exact option dive_share must be in [0, 1], got {s!r}")
+
+
+# ------------------------------------------------------------------------ tractability
+def count_downsets(graph: OpGraph, limit: int, work_limit: int = 2_000_000) -> tuple[int, bool]:
+    """Number of down-sets of ``graph`` (the empty set and the whole graph included).
+
+    Sweeps nodes in label order keeping, per distinct choice on the *frontier* (decided
+    nodes with a consumer still to decide), how many down-sets of the prefix make it. The
+    prefix ``0..k`` is itself a down-set, so its count never exceeds the whole graph's:
+    the sweep stops once the count passes ``limit`` or the work passes ``work_limit``.
+    Returns ``(count, exact)``; when ``exact`` is False the graph has more than ``count``.
+    """
+    n = len(graph)
+    pred, succ = graph.pred_mask, graph.succ_mask
+    last = [succ[v].bit_length() - 1 for v in range(n)]  # -1: no consumer
+    states: dict[Group, int] = {0: 1}
+    work = 0
+    for v in range(n):
+        new: dict[Group, int] = {}
+        pv, bit = pred[v], 1 << v
+        for chosen, c in states.items():
+            new[chosen] = new.get(chosen, 0) + c  # v left out
+            if not pv & ~chosen:  # v taken: all its producers taken
+                new[chosen | bit] = new.get(chosen | bit, 0) + c
+        done = 0 if last[v] >= 0 else bit
+        for u in bits(pv):
+            if last[u] == v:
+                done |= 1 << u
+        if done:
+            merged: dict[Group, int] = {}
+            for chosen, c in new.items():
+                k = chosen & ~done
+                merged[k] = merged.get(k, 0) + c
+            new = merged
+        states = new
+        work += len(states)
+        total = sum(states.values())
+        if total > limit or work > work_limit:
+            return total, False
+    return sum(states.values()), True
+
+
+# ------------------------------------------------------------------------ the solver
+class _Timeout(Exception):
+    pass
+
+
+class ExactSolver:
+    """A* over down-sets for one cost model; see the module docstring."""
+
+    def __init__(self, cost_model: CostModel, unfusable: Group) -> None:
+        from accel_model.brr import BRR
+        from accel_model.lbdf import LBDF
+
+        cm = self.cm = cost_model
+        g = self.graph = cm.graph
+        n = len(g)
+        self.all = g.all_nodes
+        self.unf = unfusable
+        self.fus = self.all & ~unfusable
+        self.pred, self.succ, self.nbr = g.pred_mask, g.succ_mask, g.neighbour_mask
+        anc = [0] * n
+        for v in range(n):  # labels are topological: producers come first
+            a = 0
+            for u in bits(self.pred[v]):
+                a |= anc[u] | (1 << u)
+            anc[v] = a
+        self.anc = anc
+        # the buffer is monotone over down-sets of R (module docstring) for these two only;
+        # BRR's proof needs every tensor to have >= 1 row
+        heights_ok = all(t.shape[1] >= 1 for t in g.tensors)
+        self.prune = type(cm) is LBDF or (type(cm) is BRR and heights_ok)
+        self.unf_dram = {u: cm.cost(1 << u).dram for u in bits(unfusable)}
+        b = cm.b
+        self.weight = [b * node.weights for node in g.nodes]
+        outs = g.graph_output_set
+        cons = g.consumer_mask
+        # per used tensor: (bytes, producer bit (0 = graph input), consumers, graph output)
+        self.tensors = [
+            (b * t.size, (1 << t.producer) if t.producer >= 0 else 0, cons[ti], ti in outs)
+            for ti, t in enumerate(g.tensors)
+            if cons[ti] or ti in outs
+        ]
+        self._h: dict[Group, int] = {}
+        self._expanded: dict[Group, list[Transition]] = {}
+        self.deadline = float("inf")
+        self.states = 0  # complete expansions
+        self.groups_enumerated = 0  # candidate sets visited (costed)
+        self.transitions = 0
+
+    # -- bounds -----------------------------------------------------------------------
+    def h(self, done: Group) -> int:
+        """Admissible, consistent lower bound on the DRAM of running ``all - done``."""
+        hit = self._h.get(done)
+        if hit is not None:
+            return hit
+        rest = self.all & ~done
+        total = sum(self.weight[v] for v in bits(rest))
+        for size, prod, cons, is_out in self.tensors:
+            if prod & rest:
+                if is_out:
+                    total += size
+            elif cons & rest:
+                total += size
+        self._h[done] = total
+        return total
+
+    def absorb(self, done: Group, new: Group) -> Group:
+        """Unfusable nodes that become ready (transitively) once ``new`` is executed."""
+        pred, succ, unf = self.pred, self.succ, self.unf
+        absorbed = 0
+        while new:
+            cand = 0
+            for v in bits(new):
+                cand |= succ[v]
+            cand &= unf & ~done
+            new = 0
+            for u in bits(cand):
+                if not pred[u] & ~done:
+                    done |= 1 << u
+                    new |= 1 << u
+            absorbed |= new
+        return absorbed
+
+    def start_state(self) -> tuple[Group, int]:
+        """The initial state (ready unfusable nodes executed) and its DRAM."""
+        ready = 0
+        for u in bits(self.unf):
+            if not self.pred[u]:
+                ready |= 1 << u
+        state = ready | self.absorb(ready, ready)
+        return state, sum(self.unf_dram[u] for u in bits(state))
+
+    # -- transitions ------------------------------------------------------------------
+    def expand(self, done: Group, dive: bool = False) -> list[Transition]:
+        """Every connected, valid down-set of the remaining graph as a transition.
+
+        A* calls it once per state; it raises :class:`_Timeout` at the deadline. A greedy
+        dive (``dive``) gets the transitions found so far instead (the ready singletons
+        come first), and a complete list is kept for A* to take over (A*'s own are not
+        kept: it never asks twice).
+        """
+        hit = self._expanded.get(done) if dive else self._expanded.pop(done, None)
+        if hit is not None:
+            return hit
+        rest = self.all & ~done
+        fus_rest = rest & self.fus
+        pred, anc, nbr, unf = self.pred, self.anc, self.nbr, self.unf
+        cost, prune, unf_dram = self.cm.cost, self.prune, self.unf_dram
+        out: list[Transition] = []
+        ready = [v for v in bits(fus_rest) if not pred[v] & rest]
+        stack = [(1 << v, nbr[v]) for v in reversed(ready)]
+        seen: set[Group] = set()
+        complete, visited = True, 0
+        while stack:
+            group, near = stack.pop()
+            if group in seen:
+                continue
+            seen.add(group)
+            visited += 1
+            if not visited & 127 and time.perf_counter() > self.deadline:
+                if not dive:
+                    self.groups_enumerated += visited
+                    raise _Timeout
+                complete = False
+                break
+            c = cost(group)
+            if c.valid:
+                absorbed = self.absorb(done | group, group)
+                dram = c.dram + sum(unf_dram[u] for u in bits(absorbed)) if absorbed else c.dram
+                out.append((group, absorbed, done | group | absorbed, dram))
+            elif prune:
+                continue
+            ext = near & fus_rest & ~group
+            while ext:
+                low = ext & -ext
+                ext ^= low
+                x = low.bit_length() - 1
+                closure = (anc[x] | low) & rest
+                if closure & unf:
+                    continue  # x needs an unexecuted unfusable op inside its group
+                bigger = group | closure
+                if bigger in seen:
+                    continue
+                grow = near
+                for v in bits(closure & ~group):
+                    grow |= nbr[v]
+                stack.append((bigger, grow))
+        self.groups_enumerated += visited
+        if complete:
+            self.states += 1
+            self.transitions += len(out)
+            if dive:
+                self._expanded[done] = out
+        return out
+
+    def dive(self, state: Group, g: int, path: list[Group]) -> tuple[int, list[Group]]:
+        """Greedy completion of ``path`` (which executes ``state`` at DRAM ``g``): take the
+        transition with the least traffic beyond ``h`` per node added (larger first on
+        ties). Past the deadline it finishes with singletons (always valid)."""
+        path = list(path)
+        h = self.h
+        while state != self.all:
+            if time.perf_counter() > self.deadline:
+                return self._finish_singletons(state, g, path)
+            options = self.expand(state, dive=True)
+            h0 = h(state)
+            best = None
+            for group, absorbed, nxt, dram in options:
+                excess = dram + h(nxt) - h0
+                size = (nxt & ~state).bit_count()
+                key = (excess / size, -size)
+                if best is None or key < best[0]:
+                    best = (key, group, absorbed, nxt, dram)
+            assert best is not None, "a ready fusable op always fits alone"
+            _, group, absorbed, state, dram = best
+            g += dram
+            path.append(group)
+            path.extend(1 << u for u in bits(absorbed))
+        return g, path
+
+    def _finish_singletons(
+        self, state: Group, g: int, path: list[Group]
+    ) -> tuple[int, list[Group]]:
+        cost = self.cm.cost
+        for v in bits(self.all & ~state):  # label order is topological
+            path.append(1 << v)
+            g += cost(1 << v).dram
+        return g, path
+
+
+@dataclass
+class ExactOutcome:
+    groups: list[Group]  # every group of the plan, unfusable singletons included
+    dram: int
+    lower_bound: int
+    optimal: bool
+    states: int  # expanded completely (by A* or a greedy dive)
+    states_generated: int
+
+
+def solve(
+    solver: ExactSolver, deadline: float, dive_deadline: float, hard_deadline: float
+) -> ExactOutcome:
+    """A* from the start state; see the module docstring. The first greedy dive runs until
+    ``dive_deadline``, A* until ``deadline``, the dives after a timeout until
+    ``hard_deadline``."""
+    start, g0 = solver.start_state()
+    h = solver.h
+    # upper bound: the all-singleton plan, then a greedy dive
+    ub, ub_path = solver._finish_singletons(start, g0, [1 << u for u in bits(start)])
+    start_path = [1 << u for u in bits(start)]
+    solver.deadline = dive_deadline
+    if dive_deadline > time.perf_counter():
+        d_ub, d_path = solver.dive(start, g0, start_path)
+        if d_ub < ub:
+            ub, ub_path = d_ub, d_path
+    solver.deadline = deadline
+
+    if start == solver.all:
+        return ExactOutcome(ub_path, ub, ub, True, 0, 1)
+    best_g: dict[Group, int] = {start: g0}
+    parent: dict[Group, tuple[Group, Group, Group]] = {}
+    closed: set[Group] = set()
+    heap = [(g0 + h(start), -g0, 0, start)]
+    seq = 0
+    generated = 1
+    interrupted_f: int | None = None
+
+    def path_to(state: Group) -> list[Group]:
+        steps: list[Group] = []
+        while state != start:
+            prev, group, absorbed = parent[state]
+            steps.extend(1 << u for u in reversed(bits(absorbed)))
+            steps.append(group)
+            state = prev
+        return start_path + steps[::-1]
+
+    try:
+        while heap:
+            f, neg_g, _, state = heap[0]
+            if f >= ub:
+                break  # nothing open can beat the best plan: it is optimal
+            if time.perf_counter() > deadline:
+                raise _Timeout
+            heapq.heappop(heap)
+            g = -neg_g
+            if state in closed or g > best_g[state]:
+                continue
+            interrupted_f = f
+            transitions = solver.expand(state)
+            interrupted_f = None
+            closed.add(state)
+            for group, absorbed, nxt, dram in transitions:
+                g2 = g + dram
+                if nxt == solver.all:
+                    if g2 < ub:
+                        ub = g2
+                        ub_path = [*path_to(state), group, *(1 << u for u in bits(absorbed))]
+                    continue
+                if g2 >= best_g.get(nxt, ub):
+                    continue
+                f2 = g2 + h(nxt)
+                if f2 >= ub:
+                    continue
+                best_g[nxt] = g2
+                parent[nxt] = (state, group, absorbed)
+                seq += 1
+                generated += 1
+                heapq.heappush(heap, (f2, -g2, seq, nxt))
+    except _Timeout:
+        pass
+    else:
+        return ExactOutcome(ub_path, ub, ub, True, solver.states, generated)
+
+    # time is up: bound, then dives from the most promising open states
+    lower = min(ub, heap[0][0] if heap else ub)
+    if interrupted_f is not None:
+        lower = min(lower, interrupted_f)
+    solver.deadline = hard_deadline
+    tried = 0
+    for f, neg_g, _, state in sorted(heap):
+        if tried >= 8 or f >= ub or time.perf_counter() > solver.deadline:
+            break
+        if state in closed or -neg_g > best_g[state]:
+            continue
+        tried += 1
+        d_ub, d_path = solver.dive(state, -neg_g, path_to(state))
+        if d_ub < ub:
+            ub, ub_path = d_ub, d_path
+    return ExactOutcome(ub_path, ub, lower, lower >= ub, solver.states, generated)
+
+
+# ------------------------------------------------------------------------ the search
+class ExactSearch:
+    name = "exact"
+
+    def __init__(self, config: ExactConfig | None = None, **options: object) -> None:
+        self.config = build_config(ExactConfig, config, options, self.name)
+
+    def run(self, problem: FusionProblem, seed: int, progress: Progress | None = None
+            ) -> SearchResult:  # fmt: skip
+        check_start(problem)
+        cfg = self.config
+        t0 = time.perf_counter()
+        rec = Recorder(problem, progress)
+        graph = problem.graph
+        count, exact = count_downsets(graph, cfg.max_downsets)
+        if not exact:
+            about = f"more than {count:,}" if count > cfg.max_downsets else "too many to count"
+            raise ConfigError(
+                f"exact search refused: model {graph.name} has {about} down-sets "
+                f"(limit {cfg.max_downsets:,}); use --search ls/nsga2"
+            )
+        solver = ExactSolver(problem.cost_model, problem.unfusable)
+        # the final dives and the single evaluation need a little time: keep 5 % back
+        limit = cfg.time_limit_s
+        dive_deadline = t0 + cfg.dive_share * limit if cfg.greedy_dive else t0
+        out = solve(solver, t0 + 0.95 * limit, dive_deadline, t0 + limit)
+        unf = problem.unfusable
+        cand = problem.evaluate([grp for grp in out.groups if not grp & unf])
+        if cand.dram != out.dram:  # the plan is costed twice, by the DP and by the problem
+            raise RuntimeError(
+                f"exact search: DP cost {out.dram} B != evaluated plan {cand.dram} B"
+            )
+        rec.observe(cand)
+        gap = (out.dram - out.lower_bound) / out.lower_bound if out.lower_bound else 0.0
+        return rec.result(
+            self.name,
+            seed,
+            optimal=out.optimal,
+            status="optimal" if out.optimal else "time limit",
+            lower_bound_bytes=out.lower_bound,
+            gap=round(gap, 6),
+            states=out.states,
+            states_generated=out.states_generated,
+            groups_enumerated=solver.groups_enumerated,
+            transitions=solver.transitions,
+            downsets=count,
+            pruned_by_buffer=solver.prune,
+            search_config=asdict(cfg),
+        )
+
+
+register_search("exact", ExactSearch)
