@@ -82,12 +82,20 @@ class PlanOptions:
     input_shape: tuple[str, ...]
     strict_ops: bool
     quiet: bool
+    time_limit: float
+
+    def search_options(self) -> dict:
+        """Options of the chosen search that the command line exposes."""
+        if self.search == "nsga2" and self.nsga2_backend != "pymoo":
+            return {"backend": self.nsga2_backend}
+        if self.search == "exact":
+            return {"time_limit_s": self.time_limit}
+        return {}
 
     def request(self, buffer: str):
         """A checked :class:`PlanRequest` for one buffer size (fails before any model load)."""
         from fusionplan.api import PlanRequest
 
-        backend = {"backend": self.nsga2_backend} if self.nsga2_backend != "pymoo" else {}
         request = PlanRequest(
             buffer,
             self.scheme.lower(),
@@ -96,7 +104,7 @@ class PlanOptions:
             self.budget,
             self.seed,
             self.bytes_per_element,
-            backend if self.search == "nsga2" else {},
+            self.search_options(),
         )
         request.check()
         return request
@@ -152,6 +160,13 @@ _PLAN_OPTIONS = [
     ),
     click.option("--strict-ops", is_flag=True, help="Fail on ops the importer does not know."),
     click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+    click.option(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        show_default=True,
+        help="Seconds the exact search may run before returning its best plan and a lower bound.",
+    ),
 ]
 
 
@@ -213,6 +228,12 @@ def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, as_json):
 def _print_plan(plan) -> None:
     info = plan.info
     click.echo(plan.summary())
+    if "optimal" in info:
+        bound = info["lower_bound_bytes"] / 2**20
+        verdict = (
+            "proven optimal" if info["optimal"] else f"time limit hit, optimum >= {bound:.3f} MB"
+        )
+        click.echo(f"exact        {verdict} ({info['states']} states)")
     if "plans_per_second" in info:
         click.echo(
             f"search stats {info['proposed']} plans, {info['plans_per_second']:.0f} plans/s, "
