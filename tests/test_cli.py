@@ -148,9 +148,19 @@ def test_plan_bad_input(case, models: Path, tmp_path: Path):
     args = [a.format(models=models) for a in args]
     # the budget and search settings come first so that the case's own flags win
     proc = run_bin(
-        "plan", "--search", "rs", "--budget", "5", "-q", *args, "-o", "out.json",
-        "--onnx-out", "out.onnx", cwd=tmp_path,
-    )  # fmt: skip
+        "plan",
+        "--search",
+        "rs",
+        "--budget",
+        "5",
+        "-q",
+        *args,
+        "-o",
+        "out.json",
+        "--onnx-out",
+        "out.onnx",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -162,9 +172,17 @@ def test_plan_bad_input(case, models: Path, tmp_path: Path):
 
 def test_sweep_bad_buffer_writes_nothing(models: Path, tmp_path: Path):
     proc = run_bin(
-        "sweep", models / "res.onnx", "--buffers", "1KB,12XB", *FAST, "-o", "s.csv",
-        "--plot", "s.png", cwd=tmp_path,
-    )  # fmt: skip
+        "sweep",
+        models / "res.onnx",
+        "--buffers",
+        "1KB,12XB",
+        *FAST,
+        "-o",
+        "s.csv",
+        "--plot",
+        "s.png",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "fusionplan: error: buffer size '12XB' has unknown unit 'XB' (use B, KB, MB or GB)"
@@ -255,3 +273,22 @@ def test_version():
     from fusionplan import __version__
 
     assert __version__ in invoke("--version").stdout
+
+
+def test_exact_search_is_no_worse_than_local_search(models: Path, tmp_path: Path):
+    src = models / "res.onnx"
+    exact = json.loads(
+        invoke("plan", src, "--buffer", "500B", "--search", "exact", "-q", "--json").stdout
+    )
+    ls = json.loads(
+        invoke(
+            "plan", src, "--buffer", "500B", "--search", "ls", "--budget", "200", "-q", "--json"
+        ).stdout
+    )
+    assert exact["search"]["optimal"] is True
+    assert exact["search"]["lower_bound_bytes"] <= exact["metrics"]["dram_bytes"]
+    assert exact["metrics"]["dram_bytes"] <= ls["metrics"]["dram_bytes"]
+    assert (
+        "proven optimal"
+        in invoke("plan", src, "--buffer", "500B", "--search", "exact", "-q").stdout
+    )
