@@ -1,0 +1,183 @@
+"""The torch_geometric dataset class and GIN training, evaluation, saving and loading.
+
+A small dataset is generated from the tiny CNNs of tests/dataset_models.py (a fraction of
+a second); training on it takes a few seconds on one thread.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from dataset_models import TINY_BUFFERS_KB, save_tiny
+
+from data import dataset as ds
+from explainers import train_gin as tg
+from explainers.checkpoints import CheckpointError, load_checkpoint
+from explainers.dataset import FusionGroupDataset, training_samples
+from explainers.features import NUM_FEATURES
+from explainers.gin import GINClassifier
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gin-models")
+    models = [
+        save_tiny(d, "tiny_a"),
+        save_tiny(d, "tiny_b", seed=1, width=12, hw=24, blocks=4),
+        save_tiny(d, "tiny_c", seed=3, width=16, hw=16, blocks=5),
+    ]
+    unseen = [save_tiny(d, "tiny_u", seed=2, width=10, hw=28, blocks=4)]
+    out = tmp_path_factory.mktemp("gin-data") / "set"
+    ds.generate_dataset(
+        out, seed=0, groups=300, unseen_groups=150, models=models, unseen_models=unseen,
+        buffers_kb=TINY_BUFFERS_KB, processes=1,
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(dataset_dir, tmp_path_factory):
+    weights = tmp_path_factory.mktemp("weights")
+    metrics = tg.train_gin(
+        dataset_dir, "lbdf", epochs=15, seed=0, lr=3e-3, out_dir=weights, threads=1
+    )
+    return weights, metrics
+
+
+# ----------------------------------------------------------------------------- dataset class
+def test_dataset_class_yields_one_sample_per_group_and_buffer(dataset_dir):
+    data = ds.load_dataset(dataset_dir)
+    test = FusionGroupDataset(data, "brr", "test")
+    parts = data.split(0)
+    assert len(test) == len(parts["test"]) * len(TINY_BUFFERS_KB)
+    s = test[7]
+    g = int(parts["test"][7 // 5])
+    n = data.node_ptr[g + 1] - data.node_ptr[g]
+    assert s.x.shape == (n, NUM_FEATURES) and s.x.dtype == torch.float32
+    assert s.edge_index.shape[0] == 2 and s.edge_index.dtype == torch.long
+    assert int(s.group) == g and int(s.buffer_index) == 2
+    assert int(s.buffer_bytes) == TINY_BUFFERS_KB[2] * 1024
+    assert int(s.y) == int(data.labels["brr"]["valid"][g, 2])
+    assert int(s.f_beta) == int(data.labels["brr"]["buffer"][g, 2])
+    assert bool(s.y) == (int(s.f_beta) < int(s.buffer_bytes))
+    assert torch.allclose(s.x[:, -1], torch.full((n,), float(np.log2(TINY_BUFFERS_KB[2]))))
+    x, _ = data.features(g, TINY_BUFFERS_KB[2] * 1024)
+    assert torch.equal(s.x, torch.from_numpy(x))
+    assert test.group_mask(7) == data.group_mask(g)
+    assert test.labels[7] == int(s.y)
+    assert test.sample_of(g, TINY_BUFFERS_KB[2]) == 7
+
+
+def test_splits_do_not_share_groups_and_unseen_is_separate(dataset_dir):
+    data = ds.load_dataset(dataset_dir)
+    groups = {
+        k: set(FusionGroupDataset(data, "lbdf", k).groups)
+        for k in ("train", "val", "test", "unseen")
+    }
+    assert not groups["train"] & groups["test"] and not groups["train"] & groups["val"]
+    assert not groups["val"] & groups["test"]
+    unseen = FusionGroupDataset(data, "lbdf", "unseen")
+    assert {unseen.model_name(i) for i in range(0, len(unseen), 5)} == {"tiny_u"}
+    one = FusionGroupDataset(data, "lbdf", "unseen", buffers_kb=[4])
+    assert len(one) == len(unseen) // 5 and int(one[0].buffer_bytes) == 4096
+    assert len(training_samples("lbdf", dataset_dir)) == len(groups["train"]) * 5
+
+
+def test_pyg_loader_batches_match_the_fast_batcher(dataset_dir):
+    from torch_geometric.loader import DataLoader
+
+    data = ds.load_dataset(dataset_dir)
+    test = FusionGroupDataset(data, "lbdf", "test")
+    packed = tg.PackedSamples(data, "lbdf", data.split(0)["test"])
+    assert len(packed) == len(test)
+    batch = next(iter(DataLoader(test, batch_size=23, shuffle=False)))
+    x, ei, b, y = packed.batch(np.arange(23))
+    assert torch.equal(batch.x, x) and torch.equal(batch.edge_index, ei)
+    assert torch.equal(batch.batch, b) and torch.equal(batch.y, y)
+
+
+def test_bad_split_or_scheme(dataset_dir):
+    from fusionplan.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        FusionGroupDataset(dataset_dir, "lbdf", "holdout")
+    with pytest.raises(ConfigError):
+        FusionGroupDataset(dataset_dir, "xyz", "train")
+    with pytest.raises(ConfigError, match="KB"):
+        FusionGroupDataset(dataset_dir, "lbdf", buffers_kb=[3])
+
+
+# ----------------------------------------------------------------------------- training
+def test_training_reaches_high_accuracy_and_reports_metrics(trained):
+    _, m = trained
+    for split in ("test", "unseen"):
+        r = m[split]
+        assert r["accuracy"] >= 0.9, (split, r)
+        (tn, fp), (fn, tp) = r["confusion"]
+        assert tn + fp + fn + tp == r["samples"]
+        assert r["accuracy"] == pytest.approx((tn + tp) / r["samples"])
+        assert set(r["accuracy_per_buffer_kb"]) == {str(k) for k in TINY_BUFFERS_KB}
+    assert 1 <= m["best_epoch"] <= 15 and len(m["history"]) == 15
+    assert m["val"]["accuracy"] == max(h["val_accuracy"] for h in m["history"])
+    assert set(m["unseen_per_model"]) == {"tiny_u"}
+
+
+def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
+    weights, m = trained
+    state, entry = load_checkpoint("gin", "lbdf", weights)  # torch.load(weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+    assert entry["feature_version"] and entry["gin_config"]["hidden"] == 128
+    assert entry["dataset"]["content_sha256"] == ds.read_manifest(dataset_dir)["content_sha256"]
+    assert entry["metrics"]["test"]["accuracy"] == pytest.approx(m["test"]["accuracy"], abs=1e-5)
+    manifest = json.loads((weights / "manifest.json").read_text())
+    assert "gin-lbdf.pt" in manifest["checkpoints"]
+    model = tg.load_gin("lbdf", weights)
+    assert isinstance(model, GINClassifier) and not model.training
+    data = ds.load_dataset(dataset_dir)
+    packed = tg.PackedSamples(data, "lbdf", data.split(0)["test"])
+    again = tg.evaluate(model, packed)
+    assert again["accuracy"] == pytest.approx(m["test"]["accuracy"])
+
+
+def test_missing_checkpoint_names_the_training_command(tmp_path):
+    with pytest.raises(CheckpointError, match=r"fusionplan train gin --scheme brr"):
+        tg.load_gin("brr", tmp_path)
+
+
+def test_stale_feature_version_is_refused(trained, tmp_path):
+    import shutil
+
+    weights, _ = trained
+    copy = tmp_path / "w"
+    shutil.copytree(weights, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["checkpoints"]["gin-lbdf.pt"]["feature_version"] = -1
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=r"features.*fusionplan train gin --scheme lbdf"):
+        tg.load_gin("lbdf", copy)
+
+
+def test_unknown_scheme_in_dataset_is_a_config_error(dataset_dir):
+    from fusionplan.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="scheme"):
+        tg.train_gin(dataset_dir, "nope", epochs=1, save=False)
+
+
+def test_binary_metrics():
+    r = tg.binary_metrics(np.array([1, 1, 0, 0, 1]), np.array([1, 0, 0, 1, 1]))
+    assert r["confusion"] == [[1, 1], [1, 2]]
+    assert r["accuracy"] == pytest.approx(0.6)
+    assert r["f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
+    assert r["f1_invalid"] == pytest.approx(2 * 1 / (2 * 1 + 1 + 1))
+    assert r["f1_macro"] == pytest.approx((r["f1"] + r["f1_invalid"]) / 2)
+
+
+def test_untrained_model_shapes():
+    model = GINClassifier()
+    x = torch.randn(5, NUM_FEATURES)
+    ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    assert model(x, ei).shape == (1, 2)
