@@ -15,6 +15,7 @@ def write_atomic(path: str | os.PathLike, writer: Callable[[Path], None]) -> Pat
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get normal modes
     try:
         writer(tmp_path)
         os.replace(tmp_path, path)
@@ -22,6 +23,12 @@ def write_atomic(path: str | os.PathLike, writer: Callable[[Path], None]) -> Pat
         tmp_path.unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -332,3 +332,16 @@ def test_annotate_onnx(builder, tmp_path: Path):
     assert len(before) == len(after) == len(model.graph.output)
     for x, y in zip(before, after, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_atomic_writes_respect_the_umask(tmp_path):
+    import os
+
+    from fusionplan.io import write_text_atomic
+
+    old = os.umask(0o022)
+    try:
+        path = write_text_atomic(tmp_path / "out.json", "{}")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
