@@ -461,6 +461,77 @@ def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
     )
 
 
+_DATASET = click.option(
+    "--dataset",
+    type=click.Path(file_okay=False),
+    help="Dataset directory (default: the fusionplan cache).",
+)
+
+
+@train_group.command("pg")
+@_SCHEME
+@_DATASET
+@click.option("--epochs", type=int, default=25, show_default=True)
+@click.option(
+    "--max-samples",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="GIN-predicted-invalid training samples used.",
+)
+@_SEED
+@_OUT
+@click.option("--quiet", "-q", is_flag=True)
+def train_pg_cmd(scheme, dataset, epochs, max_samples, seed, out, quiet) -> None:
+    """Train PGExplainer against the scheme's GIN (train the GIN first)."""
+    from explainers.train_explainers import train_pg
+
+    with _counter(f"PG {scheme} epochs", not quiet) as progress:
+        result = train_pg(
+            scheme,
+            dataset,
+            epochs=epochs,
+            seed=seed,
+            progress=progress,
+            max_samples=max_samples,
+            directory=Path(out) if out else None,
+        )
+    click.echo(f"wrote {result.path} ({result.meta.get('train_seconds', 0):.0f} s)")
+
+
+@train_group.command("rg")
+@_SCHEME
+@_DATASET
+@click.option("--pretrain-epochs", type=int, default=10, show_default=True)
+@click.option("--epochs", type=int, default=10, show_default=True)
+@click.option(
+    "--max-samples",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="GIN-predicted-invalid training samples used.",
+)
+@_SEED
+@_OUT
+@click.option("--quiet", "-q", is_flag=True)
+def train_rg_cmd(scheme, dataset, pretrain_epochs, epochs, max_samples, seed, out, quiet) -> None:
+    """Train RG-Explainer (pre-training, then REINFORCE) against the scheme's GIN."""
+    from explainers.train_explainers import train_rg
+
+    with _counter(f"RG {scheme} epochs", not quiet) as progress:
+        result = train_rg(
+            scheme,
+            dataset,
+            pretrain_epochs=pretrain_epochs,
+            epochs=epochs,
+            seed=seed,
+            progress=progress,
+            max_samples=max_samples,
+            directory=Path(out) if out else None,
+        )
+    click.echo(f"wrote {result.path} ({result.meta.get('train_seconds', 0):.0f} s)")
+
+
 @cli.group("bench")
 def bench_group() -> None:
     """Measurements recorded in docs/results.md (search speed, zoo export/import time)."""
