@@ -136,6 +136,12 @@ def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
     assert "gin-lbdf.pt" in manifest["checkpoints"]
     model = tg.load_gin("lbdf", weights)
     assert isinstance(model, GINClassifier) and not model.training
+    # op kinds absent from the training networks keep zero input weights
+    from explainers.features import FEATURE_NAMES
+
+    assert "kind_resize" in entry["unused_features"]
+    dead = [FEATURE_NAMES.index(n) for n in entry["unused_features"]]
+    assert torch.count_nonzero(model.convs[0].mlp[0].weight[:, dead]) == 0
     data = ds.load_dataset(dataset_dir)
     packed = tg.PackedSamples(data, "lbdf", data.split(0)["test"])
     again = tg.evaluate(model, packed)
