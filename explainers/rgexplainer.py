@@ -331,7 +331,7 @@ class RGExplainerAlgorithm:
                 ) / len(idx)
                 loss.backward()
                 opt.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
             history["pretrain_loss"].append(sum(losses) / len(losses))
             if progress is not None:
                 progress(epoch + 1, total)

@@ -484,19 +484,9 @@ _DATASET = click.option(
 @click.option("--quiet", "-q", is_flag=True)
 def train_pg_cmd(scheme, dataset, epochs, max_samples, seed, out, quiet) -> None:
     """Train PGExplainer against the scheme's GIN (train the GIN first)."""
-    from explainers.train_explainers import train_pg
-
-    with _counter(f"PG {scheme} epochs", not quiet) as progress:
-        result = train_pg(
-            scheme,
-            dataset,
-            epochs=epochs,
-            seed=seed,
-            progress=progress,
-            max_samples=max_samples,
-            directory=Path(out) if out else None,
-        )
-    click.echo(f"wrote {result.path} ({result.meta.get('train_seconds', 0):.0f} s)")
+    _train_explainer(
+        "pg", scheme, dataset, out, quiet, epochs=epochs, seed=seed, max_samples=max_samples
+    )
 
 
 @train_group.command("rg")
@@ -516,18 +506,27 @@ def train_pg_cmd(scheme, dataset, epochs, max_samples, seed, out, quiet) -> None
 @click.option("--quiet", "-q", is_flag=True)
 def train_rg_cmd(scheme, dataset, pretrain_epochs, epochs, max_samples, seed, out, quiet) -> None:
     """Train RG-Explainer (pre-training, then REINFORCE) against the scheme's GIN."""
-    from explainers.train_explainers import train_rg
+    _train_explainer(
+        "rg",
+        scheme,
+        dataset,
+        out,
+        quiet,
+        pretrain_epochs=pretrain_epochs,
+        epochs=epochs,
+        seed=seed,
+        max_samples=max_samples,
+    )
 
-    with _counter(f"RG {scheme} epochs", not quiet) as progress:
-        result = train_rg(
-            scheme,
-            dataset,
-            pretrain_epochs=pretrain_epochs,
-            epochs=epochs,
-            seed=seed,
-            progress=progress,
-            max_samples=max_samples,
-            directory=Path(out) if out else None,
+
+def _train_explainer(kind: str, scheme: str, dataset, out, quiet: bool, **options) -> None:
+    """Run train_pg / train_rg with a progress bar and report the checkpoint written."""
+    from explainers import train_explainers
+
+    train = {"pg": train_explainers.train_pg, "rg": train_explainers.train_rg}[kind]
+    with _counter(f"{kind.upper()} {scheme} epochs", not quiet) as progress:
+        result = train(
+            scheme, dataset, progress=progress, directory=Path(out) if out else None, **options
         )
     click.echo(f"wrote {result.path} ({result.meta.get('train_seconds', 0):.0f} s)")
 
@@ -589,6 +588,11 @@ def bench_zoo(models) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one-line errors and exit code 2 for bad input."""
+    import warnings
+
+    # torch_geometric's import trips torch's own deprecation of torch.jit.script; users
+    # cannot act on it, so it is not shown.
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
     try:
         cli.main(args=argv, prog_name="fusionplan", standalone_mode=False)
     except click.exceptions.Abort:
