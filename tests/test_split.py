@@ -315,7 +315,8 @@ def test_registry():
     assert isinstance(SPLITTERS.make("random", cm, 1), RandomSplitter)
     tree = SPLITTERS.make("tree", cm, 1)
     assert isinstance(tree, TreeSplitter) and tree.name == "tree[cost]"
-    with pytest.raises(ConfigError, match=r"unknown splitter 'gin' \(choose from random, tree"):
+    # explainer splitters (gnne, pg, rg) join the list once their package is imported
+    with pytest.raises(ConfigError, match=r"unknown splitter 'gin' \(choose from .*random.*tree"):
         SPLITTERS.make("gin", cm)
 
 
