@@ -12,7 +12,8 @@ The format is documented in ``docs/dataset.md``; in short, a directory with
 ``manifest.json`` and ``shards/<model>-b<bin>.npz`` files (plain ``.npy`` members, never
 pickles). Generation is deterministic by seed, independent of the number of processes,
 resumable (finished shards are kept) and atomic (shards and manifest are renamed into
-place). Everything here is numpy only: ``torch`` is not imported.
+place). Everything here is numpy only: ``torch`` is imported only to export a zoo network
+that is not cached yet.
 
 Sampling, per model and per *size bin* (the shard): draw partitions, each over the fusable
 nodes of a random context (one of the 10 (scheme, buffer) cells, or every node fusable in at
@@ -64,7 +65,7 @@ SIZE_BINS: tuple[tuple[int, int], ...] = (
 BIN_SHARES: tuple[float, ...] = (0.05, 0.15, 0.20, 0.20, 0.18, 0.12, 0.10)
 DEFAULT_GROUPS = 12_000
 """Target groups over the training models. Quotas are maxima (small networks saturate some
-size bins), so the seed-0 dataset has ~11.3k distinct groups: above the paper's ~10.8k."""
+size bins), so the seed-0 dataset has 11,898 distinct groups: above the paper's ~10.8k."""
 DEFAULT_UNSEEN_GROUPS = 2_000
 DEFAULT_PROCESSES = 2
 MANIFEST = "manifest.json"
@@ -94,7 +95,7 @@ class DatasetError(FusionPlanError):
 
 
 def _regenerate_hint(path: Path) -> str:
-    return f"run `fusionplan dataset generate --out {path}` to (re)build or finish it"
+    return f"run `fusionplan dataset generate --output {path}` to (re)build or finish it"
 
 
 # ----------------------------------------------------------------------------- specs

@@ -16,6 +16,11 @@ label 1), ``f1_invalid`` and ``f1_macro`` (their mean), the confusion matrix
 ``[[TN, FP], [FN, TP]]`` (rows = true invalid/valid, columns = predicted invalid/valid),
 and accuracy per buffer size.
 
+Inputs are clamped to the per-column range of the training split (:class:`FeatureClip`,
+recorded in the checkpoint as ``feature_range`` and re-attached by :func:`load_gin`): the
+identity on in-range data, a guard against wild extrapolation on networks with ops or
+windows the training networks lack (DeepLabV3's dilated ASPP convs, Resize).
+
 Batches are assembled directly from the dataset's packed arrays (a few numpy gathers per
 batch, ~0.2 ms for 64 samples) instead of building one ``torch_geometric.data.Data`` per
 sample and collating them (~7 ms): the tensors are exactly those
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -220,7 +225,8 @@ def train_gin(
     rng = np.random.default_rng(settings.seed)
     config = GINConfig(in_features=data.x.shape[1] + 1)
     model = GINClassifier(config)
-    unused = _silence_unused_features(model, data, parts["train"])
+    clip_range = feature_range(data, parts["train"])
+    attach_feature_clip(model, clip_range)  # the identity on the training split
     opt = torch.optim.Adam(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, settings.epochs, settings.lr_min)
     weight = None
@@ -293,7 +299,7 @@ def train_gin(
             "config": asdict(config),
             "gin_config": asdict(config),
             "feature_version": FEATURE_VERSION,
-            "unused_features": unused,
+            "feature_range": clip_range,
             "metrics": {k: _summary(metrics[k]) for k in ("val", "test", "unseen") if metrics[k]},
             "best_epoch": best[1],
             "train_seconds": metrics["train_seconds"],
@@ -306,27 +312,50 @@ def train_gin(
     return metrics
 
 
-def _silence_unused_features(model: GINClassifier, data, groups: np.ndarray) -> list[str]:
-    """Zero the first-layer input weights of feature columns that are zero on every
-    training node; returns their names.
+class FeatureClip:
+    """Forward pre-hook clamping node features to the per-column range seen in training.
 
-    Such columns (op kinds the training networks lack: Resize, Pad, Softmax, Split, ...)
-    never produce a gradient, so their weights would keep their random initial values and
-    inject noise on networks that do have those ops; zeroed, they stay zero (Adam makes no
-    step on a zero gradient) and the classifier judges such a node by its shapes, kernel
-    and weights alone. On the training data this changes nothing.
+    The GIN extrapolates wildly outside its training domain: DeepLabV3's dilated ASPP
+    convs have 25-73-row windows (the training networks' largest is 7) and drove the
+    summed logits of groups needing 5-20 MB to "valid" at 128 KB. Clipped, such a node
+    looks like the largest window the classifier knows; op kinds absent from training
+    (Resize, Pad, ...: one-hot columns that were always 0) are clipped to 0. On data within
+    the training range this is the identity. Picklable (no closures).
     """
-    from explainers.features import FEATURE_NAMES
 
+    def __init__(self, low: Sequence[float], high: Sequence[float]) -> None:
+        self.low = torch.tensor(low, dtype=torch.float32)
+        self.high = torch.tensor(high, dtype=torch.float32)
+
+    def __call__(self, module, args, kwargs):
+        if args:
+            return (self.clip(args[0]), *args[1:]), kwargs
+        if "x" in kwargs:
+            return args, {**kwargs, "x": self.clip(kwargs["x"])}
+        return args, kwargs
+
+    def clip(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(torch.maximum(x, self.low.to(x)), self.high.to(x))
+
+
+def attach_feature_clip(model: GINClassifier, feature_range: dict[str, Sequence[float]]) -> None:
+    """Clamp ``model``'s input features to ``{"min": [...], "max": [...]}`` on every call
+    (see :class:`FeatureClip`); the clip is also kept as ``model.feature_clip``."""
+    clip = FeatureClip(feature_range["min"], feature_range["max"])
+    model.register_forward_pre_hook(clip, with_kwargs=True)
+    model.feature_clip = clip
+
+
+def feature_range(data, groups: np.ndarray) -> dict[str, list[float]]:
+    """Per-column min and max of the model input over ``groups`` at every buffer size."""
     lengths = data.node_ptr[groups + 1] - data.node_ptr[groups]
-    rows = np.repeat(data.node_ptr[groups] - np.cumsum(lengths) + lengths, lengths) + np.arange(
-        int(lengths.sum())
-    )
-    dead = np.flatnonzero(~np.any(data.x[rows] != 0, axis=0))
-    first = model.convs[0].mlp[0]
-    with torch.no_grad():
-        first.weight[:, dead] = 0.0
-    return [FEATURE_NAMES[j] for j in dead]
+    starts = data.node_ptr[groups] - (np.cumsum(lengths) - lengths)
+    rows = np.repeat(starts, lengths) + np.arange(int(lengths.sum()))
+    x = data.x[rows]
+    log_buffer = np.log2(data.buffers / 1024.0)
+    low = [*(float(v) for v in x.min(axis=0)), float(log_buffer.min())]
+    high = [*(float(v) for v in x.max(axis=0)), float(log_buffer.max())]
+    return {"min": low, "max": high}
 
 
 def _per_model(model, data, scheme: str, groups: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -353,7 +382,12 @@ def _versions() -> dict[str, str]:
 def load_gin(scheme: str, directory: str | os.PathLike | None = None) -> GINClassifier:
     """The trained GIN for ``scheme`` (eval mode) from the shipped weights (or
     ``FUSIONPLAN_WEIGHTS_DIR`` / ``directory``); :class:`CheckpointError` naming
-    ``fusionplan train gin --scheme <scheme>`` if missing or stale."""
+    ``fusionplan train gin --scheme <scheme>`` if missing or stale.
+
+    The model clamps its input features to the training range recorded with the weights
+    (:class:`FeatureClip`, a forward pre-hook; ``model.feature_clip``). Loading the
+    ``state_dict`` by hand skips that clamp.
+    """
     from explainers.checkpoints import rebuild_command
 
     scheme = scheme.lower()
@@ -366,6 +400,8 @@ def load_gin(scheme: str, directory: str | os.PathLike | None = None) -> GINClas
         )
     config = GINConfig(**entry.get("gin_config", {}))
     model = GINClassifier(config)
+    if entry.get("feature_range"):
+        attach_feature_clip(model, entry["feature_range"])
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:

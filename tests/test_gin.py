@@ -17,7 +17,7 @@ from data import dataset as ds
 from explainers import train_gin as tg
 from explainers.checkpoints import CheckpointError, load_checkpoint
 from explainers.dataset import FusionGroupDataset, training_samples
-from explainers.features import NUM_FEATURES
+from explainers.features import FEATURE_NAMES, NUM_FEATURES
 from explainers.gin import GINClassifier
 
 
@@ -136,12 +136,22 @@ def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
     assert "gin-lbdf.pt" in manifest["checkpoints"]
     model = tg.load_gin("lbdf", weights)
     assert isinstance(model, GINClassifier) and not model.training
-    # op kinds absent from the training networks keep zero input weights
-    from explainers.features import FEATURE_NAMES
-
-    assert "kind_resize" in entry["unused_features"]
-    dead = [FEATURE_NAMES.index(n) for n in entry["unused_features"]]
-    assert torch.count_nonzero(model.convs[0].mlp[0].weight[:, dead]) == 0
+    # inputs are clamped to the training range recorded with the weights
+    rng = entry["feature_range"]
+    assert len(rng["min"]) == len(rng["max"]) == NUM_FEATURES
+    x = torch.zeros(3, NUM_FEATURES)
+    x[:, 0] = 1.0
+    wild = x.clone()
+    wild[:, FEATURE_NAMES.index("kernel_h")] = 73.0  # far beyond any training window
+    wild[:, FEATURE_NAMES.index("kind_resize")] = 1.0  # an op kind training never saw
+    edges = torch.tensor([[0, 1], [1, 2]])
+    clipped = model.feature_clip.clip(wild)
+    assert clipped[0, FEATURE_NAMES.index("kernel_h")] == max(
+        rng["max"][FEATURE_NAMES.index("kernel_h")], 0
+    )
+    assert clipped[0, FEATURE_NAMES.index("kind_resize")] == 0.0
+    with torch.no_grad():
+        assert torch.equal(model(wild, edges), model(clipped, edges))
     data = ds.load_dataset(dataset_dir)
     packed = tg.PackedSamples(data, "lbdf", data.split(0)["test"])
     again = tg.evaluate(model, packed)
