@@ -48,43 +48,14 @@ def _mtime(kind: str, scheme: str) -> tuple[str, int]:
     return str(path), path.stat().st_mtime_ns if path.is_file() else -1
 
 
-def _local_load_gin(scheme: str) -> torch.nn.Module:
-    """Fallback GIN loader (used only if ``explainers.train_gin.load_gin`` is missing)."""
-    from explainers.features import FEATURE_VERSION, NUM_FEATURES
-    from explainers.gin import GINClassifier, GINConfig
-
-    state, meta = load_checkpoint("gin", scheme)
-    fix = f"rebuild it with `{rebuild_command('gin', scheme)}`"
-    if meta.get("feature_version", FEATURE_VERSION) != FEATURE_VERSION:
-        raise CheckpointError(f"GIN weights for scheme '{scheme}' use other features; {fix}")
-    try:
-        model = GINClassifier(GINConfig(**meta.get("gin_config", meta.get("config", {}))))
-        if model.config.in_features != NUM_FEATURES:
-            raise ValueError("feature width changed")
-        model.load_state_dict(state["model"] if isinstance(state.get("model"), dict) else state)
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(
-            f"GIN weights for scheme '{scheme}' do not match this version "
-            f"({type(exc).__name__}); {fix}"
-        ) from None
-    return model
-
-
 def load_gin_model(scheme: str) -> torch.nn.Module:
-    """The trained GIN of ``scheme``, in eval mode (``explainers.train_gin.load_gin`` when the
-    training module provides it, else the checkpoint read directly)."""
+    """The trained GIN of ``scheme`` in eval mode, with its feature clamp (cached per process)."""
+    from explainers.train_gin import load_gin
+
     key = ("gin", scheme, *_mtime("gin", scheme))
     model = _CACHE.get(key)
     if model is None:
-        try:
-            from explainers.train_gin import load_gin
-        except ImportError:
-            load_gin = None
-        model = load_gin(scheme) if load_gin is not None else _local_load_gin(scheme)
-        if isinstance(model, tuple):  # (model, meta)
-            model = model[0]
-        model.eval()
-        _CACHE[key] = model
+        model = _CACHE[key] = load_gin(scheme)
     return model
 
 

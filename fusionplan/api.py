@@ -84,6 +84,10 @@ def plan_graph(
     problem = FusionProblem(cost_model, splitter, request.budget)
     result = algorithm.run(problem, request.seed, progress)
     info = {"model": graph.name, "splitter": request.splitter, **result.info()}
+    ranker_stats = getattr(getattr(splitter, "ranker", None), "stats", None)
+    if ranker_stats is not None:  # explainer rankers: how many groups, how long
+        info["explained_groups"] = ranker_stats.explained
+        info["explain_seconds"] = round(ranker_stats.explain_seconds, 3)
     return problem.to_plan(result.best, info).validate()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -531,9 +532,95 @@ def _train_explainer(kind: str, scheme: str, dataset, out, quiet: bool, **option
     click.echo(f"wrote {result.path} ({result.meta.get('train_seconds', 0):.0f} s)")
 
 
-@cli.group("bench")
-def bench_group() -> None:
-    """Measurements recorded in docs/results.md (search speed, zoo export/import time)."""
+def _names(value: str | None) -> tuple[str, ...] | None:
+    return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
+
+
+@cli.group("bench", invoke_without_command=True)
+@click.option("--quick", is_flag=True, help="CI-sized: few models, tiny budgets, one seed.")
+@click.option("--only", help="Comma list of table2,table3,table4,fig3,fig5 (default: all).")
+@click.option("--seeds", type=int, help="Seeds per cell (default 3; quick 1).")
+@click.option("--budget-large", type=int, help="Table II plans (default 5000).")
+@click.option("--budget-small", type=int, help="Tables III-V plans (default 2000).")
+@click.option("--budget-fig5", type=int, help="Figure 5's largest budget (default 4000).")
+@click.option("--splitters", help="Comma list (default random,tree,gnne,pg,rg).")
+@click.option(
+    "--jobs",
+    "-j",
+    type=int,
+    default=os.cpu_count() or 1,
+    show_default=True,
+    help="Parallel processes.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="bench-out",
+    show_default=True,
+    help="Finished runs (runs.jsonl); rerunning resumes.",
+)
+@click.option(
+    "--report",
+    "report",
+    type=click.Path(dir_okay=False),
+    help="Markdown file for the tables (default OUT/report.md); an existing file "
+    "keeps its text and gets the generated section replaced; PNGs go to its img/.",
+)
+@click.option("-q", "--quiet", is_flag=True)
+@click.pass_context
+def bench_group(
+    ctx,
+    quick,
+    only,
+    seeds,
+    budget_large,
+    budget_small,
+    budget_fig5,
+    splitters,
+    jobs,
+    out_dir,
+    report,
+    quiet,
+) -> None:
+    """Reproduce the paper's Tables II-V and Figures 3 and 5 (with no subcommand), next to
+    the paper's figures and the exact optimum; or a measurement subcommand below."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from fusionplan.api import splitter_names
+    from fusionplan.bench import BenchConfig, run_bench
+
+    overrides = {
+        k: v
+        for k, v in dict(
+            experiments=_names(only),
+            seeds=seeds,
+            large_budget=budget_large,
+            small_budget=budget_small,
+            fig5_budget=budget_fig5,
+            splitters=_names(splitters),
+        ).items()
+        if v is not None
+    }
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    known = set(splitter_names())
+    bad = sorted(set(overrides.get("splitters", ())) - known)
+    if bad:
+        raise ConfigError(
+            f"unknown splitter {', '.join(bad)} (choose from {', '.join(sorted(known))})"
+        )
+    config = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
+    config.check()
+    report_path = Path(report) if report else Path(out_dir) / "report.md"
+    command = (
+        "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "fusionplan bench"
+    )
+    with _counter("bench runs", not quiet) as progress:
+        path = run_bench(
+            config, out_dir, report_path, jobs=jobs, command=command, progress=progress
+        )
+    click.echo(f"wrote {path}")
 
 
 @bench_group.command("speed")
@@ -548,7 +635,7 @@ def bench_group() -> None:
 def bench_speed(models, buffer, scheme, search_name, splitter, budget, repeats, seed) -> None:
     """Plans per second of a search on MODELS (median of --repeats cold runs)."""
     from fusionplan.api import PlanRequest
-    from fusionplan.benchmarks import search_speed
+    from fusionplan.bench.speed import search_speed
 
     request = PlanRequest(buffer, scheme, search_name, splitter, budget, seed)
     rows = search_speed(models, request, repeats)
@@ -574,7 +661,7 @@ def bench_speed(models, buffer, scheme, search_name, splitter, budget, repeats, 
 def bench_zoo(models) -> None:
     """Export (into an empty temporary cache) and import time per zoo model (default: all)."""
     from data.zoo import zoo_names
-    from fusionplan.benchmarks import zoo_times
+    from fusionplan.bench.speed import zoo_times
 
     rows = zoo_times(models or zoo_names())
     _print_table(

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from onnx_builders import residual_block, save
 
 from fusionplan.api import PlanRequest
-from fusionplan.benchmarks import search_speed, zoo_times
+from fusionplan.bench.speed import search_speed, zoo_times
 from fusionplan.cli import cli
 
 

@@ -1,0 +1,5 @@
+"""``python -m fusionplan``: the same command line as the ``fusionplan`` script."""
+
+from fusionplan.cli import main
+
+main()

@@ -1,0 +1,157 @@
+"""Execute bench runs in parallel processes and keep every finished result on disk.
+
+Results go to one JSON-lines file, one line per finished run, appended and fsynced as each
+run ends; a restarted bench skips the runs already there (a torn last line is ignored), so
+an interruption loses at most the runs in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from fusionplan.bench.experiments import Run
+from fusionplan.io import write_text_atomic
+
+MB = 2**20
+RESULTS_FILE = "runs.jsonl"
+
+
+class ResultStore:
+    """Finished runs by key, backed by an append-only JSON-lines file."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / RESULTS_FILE
+        self.rows: dict[str, dict[str, Any]] = {}
+        if not self.path.is_file():
+            return
+        text = self.path.read_text()
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line torn by an interruption: that run is simply redone
+            if isinstance(row, dict) and "key" in row:
+                self.rows[row["key"]] = row
+        if text and not text.endswith("\n"):  # drop the torn tail before appending again
+            body = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.rows.values())
+            write_text_atomic(self.path, body)
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.rows[row["key"]] = row
+
+    def get(self, run: Run) -> dict[str, Any] | None:
+        return self.rows.get(run.key)
+
+
+_GRAPHS: dict[str, Any] = {}
+
+
+def _graph(model: str):
+    graph = _GRAPHS.get(model)
+    if graph is None:
+        from fusionplan.api import load
+
+        graph = _GRAPHS[model] = load(model)
+    return graph
+
+
+def execute(run: Run, exact_time_limit_s: float = 60.0) -> dict[str, Any]:
+    """Run one search; its result as a JSON-friendly row (the plan is validated first)."""
+    from fusionplan.api import PlanRequest, plan_graph
+    from fusionplan.errors import FusionPlanError
+
+    options = {"time_limit_s": exact_time_limit_s} if run.search == "exact" else {}
+    request = PlanRequest(
+        run.buffer,
+        run.scheme,
+        run.search,
+        run.splitter,
+        run.budget,
+        run.seed,
+        search_options=options,
+    )
+    row: dict[str, Any] = {"key": run.key, **asdict(run)}
+    try:
+        plan = plan_graph(_graph(run.model), request)
+    except FusionPlanError as exc:  # reported in the tables, never silently dropped
+        return {**row, "error": str(exc)}
+    m, info = plan.metrics, plan.info
+    row.update(
+        dram_mb=m.dram_mb,
+        fusable_dram_mb=m.fusable_dram_mb,
+        mbu_kb=m.mbu_kb,
+        compulsory_mb=m.lower_bound_bytes / MB,
+        search_s=info["wall_time_s"],
+        rectify_rate=info["rectify_rate"],
+        invalid_groups=info["invalid_groups_split"],
+        explained_groups=info.get("explained_groups", 0),
+        explain_s=info.get("explain_seconds", 0.0),
+        trace=[(n, dram / MB) for n, dram in info["trace"]],
+    )
+    if run.search == "exact":
+        row.update(optimal=info["optimal"], lower_bound_mb=info["lower_bound_bytes"] / MB)
+    return row
+
+
+def _estimated_cost(run: Run, ops: dict[str, int]) -> float:
+    """Rough relative cost, to start the longest runs first (better load balance)."""
+    per_group = {"gnne": 30.0, "pg": 2.0, "rg": 3.0}.get(run.splitter, 1.0)
+    search = {"rs": 3.0, "exact": 0.01}.get(run.search, 1.0)
+    return run.budget * per_group * search * ops.get(run.model, 100)
+
+
+def _child_init() -> None:
+    """Worker set-up: one torch thread per process, and the CLI's warning filter."""
+    import warnings
+
+    os.environ.setdefault("FUSIONPLAN_TORCH_THREADS", "1")
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+
+
+def run_all(
+    runs: Iterable[Run],
+    store: ResultStore,
+    *,
+    jobs: int = 1,
+    exact_time_limit_s: float = 60.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Execute the runs ``store`` lacks (``jobs`` processes); every run's row by key."""
+    runs = list(runs)
+    todo = [r for r in runs if store.get(r) is None]
+    # Export/import every model here once, so workers never race to fill the zoo cache.
+    ops = {m: len(_graph(m)) for m in sorted({r.model for r in todo})}
+    todo.sort(key=lambda r: _estimated_cost(r, ops), reverse=True)
+    total, done = len(runs), len(runs) - len(todo)
+    if progress:
+        progress(done, total)
+    if jobs <= 1 or len(todo) <= 1:
+        for run in todo:
+            store.add(execute(run, exact_time_limit_s))
+            done += 1
+            if progress:
+                progress(done, total)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        context = multiprocessing.get_context("spawn")  # no fork after torch/OpenMP start
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_child_init) as pool:
+            futures = [pool.submit(execute, run, exact_time_limit_s) for run in todo]
+            for future in as_completed(futures):
+                store.add(future.result())
+                done += 1
+                if progress:
+                    progress(done, total)
+    return {r.key: store.rows[r.key] for r in runs}
