@@ -103,6 +103,19 @@ def _prepare(
     return model, chosen[:limit], described, seen
 
 
+def _run_meta(described: str, seen: int, samples: Sequence[Any], seed: int, batch_size: int
+              ) -> dict[str, Any]:  # fmt: skip
+    """Manifest fields every explainer training run records about its data."""
+    return {
+        "dataset": described,
+        "dataset_samples_examined": seen,
+        "samples": len(samples),
+        "sample_rule": "GIN-predicted invalid",
+        "seed": seed,
+        "batch_size": batch_size,
+    }
+
+
 def train_pg(
     scheme: str,
     dataset: Sequence[Any] | str | os.PathLike | None = None,
@@ -129,13 +142,8 @@ def train_pg(
         algo = PGExplainerAlgorithm(epochs=epochs, lr=lr, coeffs=coeffs)
         history = algo.fit(gin, samples, batch_size=batch_size, seed=seed, progress=progress)
     meta = {
-        "dataset": described,
-        "dataset_samples_examined": seen,
-        "samples": len(samples),
-        "sample_rule": "GIN-predicted invalid",
-        "seed": seed,
+        **_run_meta(described, seen, samples, seed, batch_size),
         "epochs": epochs,
-        "batch_size": batch_size,
         "lr": lr,
         "coeffs": algo.pg.coeffs,
         "loss_first": round(history[0], 5),
@@ -183,14 +191,9 @@ def train_rg(
             progress=progress,
         )
     meta = {
-        "dataset": described,
-        "dataset_samples_examined": seen,
-        "samples": len(samples),
-        "sample_rule": "GIN-predicted invalid",
-        "seed": seed,
+        **_run_meta(described, seen, samples, seed, batch_size),
         "pretrain_epochs": pretrain_epochs,
         "epochs": epochs,
-        "batch_size": batch_size,
         "config": asdict(config),
         "pretrain_loss": [round(v, 5) for v in history["pretrain_loss"]],
         "reward": [round(v, 5) for v in history["reward"]],
