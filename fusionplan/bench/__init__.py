@@ -73,7 +73,7 @@ def run_bench(
     if "fig3" in config.experiments:
         shares = valid_share(
             config.fig3_models,
-            out / "fig3-dataset",
+            out / f"fig3-dataset-{config.fig3_groups}",  # one per size, each resumable
             groups=config.fig3_groups,
             buffers_kb=(128, 256, 512, 1024, 2048),
             processes=jobs,
