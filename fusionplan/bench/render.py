@@ -361,6 +361,7 @@ def plot_fig3(shares: list[ValidShare], path: Path) -> Path:
         for s in (s for s in shares if s.scheme == scheme):
             ax.plot(s.buffers_kb, [100 * v for v in s.share], "o-", label=s.model)
         ax.set_xscale("log", base=2)
+        ax.set_xticks(shares[0].buffers_kb, [str(kb) for kb in shares[0].buffers_kb])
         ax.set_title(scheme.upper())
         ax.set_xlabel("buffer (KB)")
         ax.set_ylabel("valid fusion groups (%)")
