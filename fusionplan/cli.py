@@ -469,17 +469,21 @@ _DATASET = click.option(
 )
 
 
+def _max_samples(default: int):
+    return click.option(
+        "--max-samples",
+        type=int,
+        default=default,
+        show_default=True,
+        help="GIN-predicted-invalid training samples used.",
+    )
+
+
 @train_group.command("pg")
 @_SCHEME
 @_DATASET
 @click.option("--epochs", type=int, default=25, show_default=True)
-@click.option(
-    "--max-samples",
-    type=int,
-    default=2000,
-    show_default=True,
-    help="GIN-predicted-invalid training samples used.",
-)
+@_max_samples(2000)
 @_SEED
 @_OUT
 @click.option("--quiet", "-q", is_flag=True)
@@ -495,13 +499,7 @@ def train_pg_cmd(scheme, dataset, epochs, max_samples, seed, out, quiet) -> None
 @_DATASET
 @click.option("--pretrain-epochs", type=int, default=10, show_default=True)
 @click.option("--epochs", type=int, default=10, show_default=True)
-@click.option(
-    "--max-samples",
-    type=int,
-    default=1000,
-    show_default=True,
-    help="GIN-predicted-invalid training samples used.",
-)
+@_max_samples(1000)
 @_SEED
 @_OUT
 @click.option("--quiet", "-q", is_flag=True)

@@ -8,20 +8,15 @@ share one directory (zoo exports are published atomically, so concurrent writers
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from shared_dirs import shared_dir
 
 CACHE_ENV = "FUSIONPLAN_CACHE_DIR"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def fusionplan_cache(tmp_path_factory: pytest.TempPathFactory):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = tmp_path_factory.getbasetemp().parent / "fusionplan-cache"
-        root.mkdir(exist_ok=True)
-    else:
-        root = tmp_path_factory.mktemp("fusionplan-cache")
+    root = shared_dir(tmp_path_factory, "fusionplan-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_ENV, str(root))
         yield root

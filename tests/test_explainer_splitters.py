@@ -9,11 +9,11 @@ directory; xdist workers share one copy through a file lock.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 
 import pytest
+from shared_dirs import shared_dir
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
@@ -88,14 +88,6 @@ def save_gin(model, directory, scheme=SCHEME):
     save_checkpoint(model.state_dict(), "gin", scheme, meta, directory)
 
 
-def _shared_dir(factory, name):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        path = factory.getbasetemp().parent / name
-        path.mkdir(exist_ok=True)
-        return path
-    return factory.mktemp(name)
-
-
 @pytest.fixture(scope="session")
 def trained_weights(tmp_path_factory):
     """A weights directory with gin/pg/rg checkpoints for LBDF (trained once)."""
@@ -104,7 +96,7 @@ def trained_weights(tmp_path_factory):
     from explainers.train_explainers import train_pg, train_rg
 
     torch.set_num_threads(1)
-    root = _shared_dir(tmp_path_factory, "explainer-splitter-weights")
+    root = shared_dir(tmp_path_factory, "explainer-splitter-weights")
     weights = root / "weights"
     with FileLock(str(root / ".lock")):
         if not (weights / "rg-lbdf.pt").is_file():

@@ -32,11 +32,11 @@ RG at least one for all and both for 3.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 
 import pytest
+from shared_dirs import shared_dir
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
@@ -230,14 +230,6 @@ def predicted(model, graph, group, beta=BETA) -> int:
 
 
 # ----------------------------------------------------------------------------- fixtures
-def _shared_dir(factory: pytest.TempPathFactory, name: str):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        path = factory.getbasetemp().parent / name
-        path.mkdir(exist_ok=True)
-        return path
-    return factory.mktemp(name)
-
-
 @pytest.fixture(scope="session")
 def motif_models(tmp_path_factory):
     """(gin, pg algorithm, rg algorithm) trained on the motif dataset; trained by one xdist
@@ -245,7 +237,7 @@ def motif_models(tmp_path_factory):
     from filelock import FileLock
 
     torch.set_num_threads(1)
-    root = _shared_dir(tmp_path_factory, "explainer-motif-models")
+    root = shared_dir(tmp_path_factory, "explainer-motif-models")
     path = root / "models.pt"
     with FileLock(str(root / ".lock")):
         if not path.is_file():

@@ -54,6 +54,14 @@ class Results:
         keys = [Run(*(*_cell(run), s)).key for s in range(seeds)]
         return [self.rows[k] for k in keys if k in self.rows]
 
+    def change_vs_random(self, run: Run, seeds: int) -> float | None:
+        """Relative change of the cell's mean DRAM against random splitting in the same
+        search (None until both have finished)."""
+        mean = _mean(self.seeds(run, seeds), "dram_mb")
+        base_run = Run(*_cell(run)[:4], "random", run.budget, 0)
+        base = _mean(self.seeds(base_run, seeds), "dram_mb")
+        return None if mean is None or base is None else (mean - base) / base
+
     def errors(self) -> list[Row]:
         return [r for r in self.rows.values() if "error" in r]
 
@@ -82,7 +90,7 @@ def _spread(rows: list[Row], field: str = "dram_mb") -> str:
     return f"{mean:.3f} ({min(vals):.3f}-{max(vals):.3f})"
 
 
-def dram_table(results: Results, runs: list[Run], seeds: int, with_model: bool = True) -> str:
+def dram_table(results: Results, runs: list[Run], seeds: int) -> str:
     """One row per (model, scheme, search, splitter) cell of ``runs``, plus the optimum."""
     cells = sorted({_cell(r) for r in runs}, key=_cell_order)
     header = [
@@ -106,13 +114,9 @@ def dram_table(results: Results, runs: list[Run], seeds: int, with_model: bool =
         last = group
         rows = results.seeds(run, seeds)
         mean = _mean(rows, "dram_mb")
-        base = _mean(results.seeds(Run(*cell[:4], "random", cell[5], 0), seeds), "dram_mb")
         exact = results.exact(*group)
-        versus = (
-            ""
-            if mean is None or base is None or run.splitter == "random"
-            else (f"{100 * (mean - base) / base:+.2f} %")
-        )
+        change = results.change_vs_random(run, seeds)
+        versus = "" if change is None or run.splitter == "random" else f"{100 * change:+.2f} %"
         gap = (
             ""
             if mean is None or exact is None
@@ -138,8 +142,6 @@ def dram_table(results: Results, runs: list[Run], seeds: int, with_model: bool =
         )
     if last is not None:
         body.append(_exact_row(results, *last))
-    if not with_model:
-        header, body = header[1:], [r[1:] for r in body]
     return _table(header, body)
 
 
@@ -179,18 +181,17 @@ def never_worse_summary(results: Results, runs: list[Run], seeds: int) -> str:
     counts: dict[str, list[int]] = {}
     worse: list[str] = []
     for cell in cells:
-        mean = _mean(results.seeds(Run(*cell, 0), seeds), "dram_mb")
-        base = _mean(results.seeds(Run(*cell[:4], "random", cell[5], 0), seeds), "dram_mb")
-        if mean is None or base is None:
+        change = results.change_vs_random(Run(*cell, 0), seeds)
+        if change is None:
             continue
-        ok = mean <= base + 1e-9
+        ok = change <= 1e-9
         c = counts.setdefault(cell[4], [0, 0])
         c[0] += ok
         c[1] += 1
         if not ok:
             worse.append(
                 f"{SPLITTER_NAMES[cell[4]]} on {cell[0]} {cell[1].upper()} "
-                f"{SEARCH_NAMES[cell[3]]} (+{100 * (mean - base) / base:.2f} %)"
+                f"{SEARCH_NAMES[cell[3]]} (+{100 * change:.2f} %)"
             )
     parts = [f"{SPLITTER_NAMES[s]} {ok}/{n}" for s, (ok, n) in counts.items()]
     text = "Cells where the splitter's mean is not worse than random splitting: " + ", ".join(parts)
