@@ -6,7 +6,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from fusionplan.errors import ConfigError
+from accel_model.registry import COST_MODELS
+from fusionplan.ir.errors import ConfigError
 
 _UNITS = {
     "": 1,
@@ -70,14 +71,9 @@ class Accelerator:
     bytes_per_element: int = 1
 
     def __post_init__(self) -> None:
-        from accel_model.registry import scheme_names
-
         if self.buffer_bytes <= 0:
             raise ConfigError(f"buffer size must be positive, got {self.buffer_bytes}")
-        if self.scheme not in scheme_names():
-            raise ConfigError(
-                f"unknown fusion scheme '{self.scheme}' (choose from {', '.join(scheme_names())})"
-            )
+        COST_MODELS.check(self.scheme)
         if self.bytes_per_element <= 0:
             raise ConfigError(f"bytes per element must be positive, got {self.bytes_per_element}")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from accel_model.accelerator import Accelerator
-from fusionplan.graph import Group, OpGraph, bits
+from fusionplan.ir.graph import Group, OpGraph, bits
 
 
 class GroupCost(NamedTuple):
@@ -76,6 +76,14 @@ class CostModel(ABC):
     def compute_uncached(self, group: Group) -> GroupCost:
         """Cost from scratch, bypassing the memo (the independent plan checker uses it)."""
         return self._compute(group)
+
+    def monotone_over_downsets(self) -> bool:
+        """Whether ``F_beta(S) <= F_beta(G)`` for nested down-sets S of G of any remainder.
+
+        The exact search stops growing a candidate group at the first set that does not fit
+        only when this holds (proofs in ``search/exact.py``); the safe default is False.
+        """
+        return False
 
     @abstractmethod
     def _compute(self, group: Group) -> GroupCost:

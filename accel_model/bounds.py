@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from accel_model.base import CostModel
-from fusionplan.graph import Group, OpGraph
+from fusionplan.ir.graph import Group, OpGraph
 
 
 def unfusable_nodes(model: CostModel) -> Group:

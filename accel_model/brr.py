@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 from accel_model.base import CostModel, GroupCost
-from accel_model.registry import register
+from accel_model.registry import COST_MODELS
 from accel_model.rows import input_rows, row_window
-from fusionplan.graph import Group, bits
+from fusionplan.ir.graph import Group, bits
 
 
 class BRRTerms:
@@ -34,7 +34,7 @@ class BRRTerms:
         self.tiles, self.resident, self.h_tile = 1, True, last_height
 
 
-@register
+@COST_MODELS.register("brr")
 class BRR(CostModel):
     name = "brr"
 
@@ -46,6 +46,10 @@ class BRR(CostModel):
         self._in_info = tuple(
             tuple((ti, t[ti].producer, t[ti].shape) for ti in n.inputs) for n in graph.nodes
         )
+
+    def monotone_over_downsets(self) -> bool:
+        # the row-count induction needs every kept row count >= 1, i.e. no empty tensor
+        return all(t.shape[1] >= 1 for t in self.graph.tensors)
 
     def terms(self, group: Group) -> BRRTerms:
         """Footprint, row step and tiling of ``group`` (elements, not bytes; see BRRTerms)."""

@@ -9,12 +9,12 @@ rescaling across strides: each lag is added in the consumer's input rows.
 from __future__ import annotations
 
 from accel_model.base import CostModel, GroupCost
-from accel_model.registry import register
+from accel_model.registry import COST_MODELS
 from accel_model.rows import lbdf_lag, lbdf_rows
-from fusionplan.graph import Group, bits
+from fusionplan.ir.graph import Group, bits
 
 
-@register
+@COST_MODELS.register("lbdf")
 class LBDF(CostModel):
     name = "lbdf"
 
@@ -30,6 +30,9 @@ class LBDF(CostModel):
             )
             for v, n in enumerate(graph.nodes)
         )
+
+    def monotone_over_downsets(self) -> bool:
+        return True  # every node's terms are fixed once its in-group producers are
 
     def buffer_terms(self, group: Group) -> tuple[int, int, int]:
         """(weight, line-buffer, skip-buffer) elements of ``group``; see the module doc."""

@@ -1,31 +1,25 @@
-"""Scheme name -> cost-model class. New schemes register here; nothing else changes."""
+"""The fusion-scheme registry: scheme name -> cost-model class (docs/design.md, "Plug points").
+
+A new scheme is one module with a :class:`~accel_model.base.CostModel` subclass decorated
+``@COST_MODELS.register("name")``, plus one import line in ``accel_model/__init__.py``
+(or, from outside the package, the decorator alone).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fusionplan.ir.registry import Registry
+
 if TYPE_CHECKING:
     from accel_model.base import CostModel
 
-_SCHEMES: dict[str, type[CostModel]] = {}
-
-
-def register(cls: type[CostModel]) -> type[CostModel]:
-    """Class decorator: make ``cls`` available under ``cls.name``."""
-    _SCHEMES[cls.name] = cls
-    return cls
-
-
-def _load_builtin() -> None:
-    import accel_model.brr
-    import accel_model.lbdf  # noqa: F401
+COST_MODELS: Registry[type[CostModel]] = Registry("fusion scheme")
 
 
 def scheme_names() -> list[str]:
-    _load_builtin()
-    return sorted(_SCHEMES)
+    return COST_MODELS.names()
 
 
 def cost_model_class(scheme: str) -> type[CostModel]:
-    _load_builtin()
-    return _SCHEMES[scheme]
+    return COST_MODELS.get(scheme)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from fusionplan.graph import Node, OpGraph, row_span
+from fusionplan.ir.graph import Node, OpGraph, row_span
 
 WINDOWED_KINDS = frozenset({"conv", "pool", "resize"})
 

@@ -2,7 +2,7 @@
 
 A *group* is a fusion group of one zoo model, sampled the way a search proposes it: a
 random edge-cut partition of the model's fusable nodes, made structurally sound
-(:func:`fusionplan.partition.make_sound`: connected, acyclic quotient) but **not** split
+(:func:`fusionplan.ir.partition.make_sound`: connected, acyclic quotient) but **not** split
 when invalid, so the dataset holds both valid and invalid groups. Each group is labelled
 with the cost model under every scheme (LBDF, BRR) at every buffer size (128 ... 2048 KB):
 ``F_beta`` (bytes), ``F_D`` (bytes) and validity. A *sample* is (group, buffer) for one
@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from fusionplan.errors import ConfigError, FusionPlanError
-from fusionplan.io import write_atomic, write_text_atomic
+from fusionplan.ir.errors import ConfigError, FusionPlanError
+from fusionplan.ir.io import write_atomic, write_text_atomic
 
 FORMAT_NAME = "fusionplan-groups"
 FORMAT_VERSION = 1
@@ -180,7 +180,7 @@ class _ModelContext:
 
     def __init__(self, graph, buffers: Sequence[int], schemes: Sequence[str], b: int) -> None:
         from accel_model import Accelerator, make_cost_model, unfusable_nodes
-        from explainers.features import node_feature_table
+        from data.features import node_feature_table
 
         self.graph = graph
         self.table = node_feature_table(graph)
@@ -264,7 +264,7 @@ def zoo_variant_path(name: str, size: int) -> Path:
 
 def _load_graph(source: str, name: str):
     from data.zoo import load_zoo_model
-    from fusionplan.onnx_import import load_model
+    from fusionplan.ir.onnx_import import load_model
 
     if os.path.isabs(source):
         return load_model(source, name=name)
@@ -305,8 +305,8 @@ ops and by :func:`make_sound` (quotient cycles) or merge into one giant group.""
 
 def sample_groups(ctx: _ModelContext, spec: ShardSpec) -> tuple[list[int], dict[str, int]]:
     """The shard's groups (sorted bitmasks) and sampling statistics; deterministic in spec."""
-    from fusionplan.graph import bits
-    from fusionplan.partition import groups_from_cut_edges, make_sound
+    from fusionplan.ir.graph import bits
+    from fusionplan.ir.partition import groups_from_cut_edges, make_sound
 
     rng = random.Random(spec.shard_seed)
     graph = ctx.graph
@@ -340,8 +340,8 @@ def sample_groups(ctx: _ModelContext, spec: ShardSpec) -> tuple[list[int], dict[
 
 def label_groups(ctx: _ModelContext, spec: ShardSpec, groups: Sequence[int]) -> dict[str, Any]:
     """The shard's arrays (see docs/dataset.md) for ``groups`` of the context's model."""
-    from explainers.features import group_features
-    from fusionplan.graph import bits
+    from data.features import group_features
+    from fusionplan.ir.graph import bits
 
     nb = len(spec.buffers)
     xs, eis, ids = [], [], []
@@ -538,7 +538,7 @@ def plan_generation(
     """
     from accel_model import scheme_names
     from data.zoo import TRAIN_MODELS, UNSEEN_MODELS
-    from explainers.features import BUFFER_COLUMN, FEATURE_VERSION, NUM_FEATURES
+    from data.features import BUFFER_COLUMN, FEATURE_VERSION, NUM_FEATURES
 
     assert BUFFER_COLUMN == NUM_FEATURES - 1, "shards drop the buffer column, the last one"
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -618,7 +618,7 @@ def _versions() -> dict[str, str]:
 
 
 def _manifest(plan: GenerationPlan, entries: dict[str, dict], complete: bool, **extra) -> dict:
-    from explainers.features import FEATURE_NAMES
+    from data.features import FEATURE_NAMES
 
     shards = [entries[s.file] for s in plan.shards if s.file in entries]
     m: dict[str, Any] = {
@@ -863,7 +863,7 @@ class GroupDataset:
     def features(self, i: int, buffer_bytes: int) -> tuple[np.ndarray, np.ndarray]:
         """(x, edge_index) of group ``i`` exactly as
         ``with_buffer(group_features(...)[0], buffer_bytes)`` would give them."""
-        from explainers.features import with_buffer
+        from data.features import with_buffer
 
         x, ei = self.group_arrays(i)
         full = np.concatenate([x, np.zeros((x.shape[0], 1), np.float32)], axis=1)

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from fusionplan.errors import ModelError
-from fusionplan.io import write_atomic
+from fusionplan.ir.errors import ModelError
+from fusionplan.ir.io import write_atomic
 
 if TYPE_CHECKING:
-    from fusionplan.graph import OpGraph
+    from fusionplan.ir.graph import OpGraph
 
 ZOO_FORMAT_VERSION = 1
 """Bump when the export recipe changes (opset, wrapping, external data) to invalidate caches."""
@@ -384,7 +384,7 @@ def _save_external(proto: Any, final: Path, tmp: Path) -> None:
 # ----------------------------------------------------------------------------- loading
 def load_zoo_model(name: str) -> OpGraph:
     """Import zoo model ``name`` (exporting it to the cache first if needed)."""
-    from fusionplan.onnx_import import load_model
+    from fusionplan.ir.onnx_import import load_model
 
     entry = zoo_entry(name)
     return load_model(zoo_path(entry.name), name=entry.name)
@@ -410,10 +410,10 @@ def model_source(spec: str | os.PathLike) -> Path:
 def resolve_model(spec: str | os.PathLike, **import_options: Any) -> OpGraph:
     """Turn a command-line model argument into an op graph (see :func:`model_source`).
 
-    ``import_options`` go to :func:`fusionplan.onnx_import.load_model` (``input_shapes``,
+    ``import_options`` go to :func:`fusionplan.ir.onnx_import.load_model` (``input_shapes``,
     ``strict_ops``).
     """
-    from fusionplan.onnx_import import load_model
+    from fusionplan.ir.onnx_import import load_model
 
     text = os.fspath(spec)
     path = model_source(text)

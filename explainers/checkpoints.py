@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fusionplan.errors import FusionPlanError
-from fusionplan.io import write_atomic, write_text_atomic
+from fusionplan.ir.errors import FusionPlanError
+from fusionplan.ir.io import write_atomic, write_text_atomic
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "weights"
 MANIFEST = "manifest.json"

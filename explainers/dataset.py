@@ -60,7 +60,7 @@ class FusionGroupDataset(Dataset):
         split_seed: int = 0,
         transform: Callable[[Data], Data] | None = None,
     ) -> None:
-        from fusionplan.errors import ConfigError
+        from fusionplan.ir.errors import ConfigError
 
         self.groups_data = source if isinstance(source, GroupDataset) else load_dataset(source)
         gd = self.groups_data

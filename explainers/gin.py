@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import MessagePassing, global_add_pool
 
-from explainers.features import NUM_FEATURES
+from data.features import NUM_FEATURES
 
 INVALID, VALID = 0, 1
 

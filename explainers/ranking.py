@@ -1,7 +1,7 @@
-"""An explainer as a :class:`fusionplan.split.EdgeRanker`: ranked edges of a fusion group.
+"""An explainer as a :class:`fusionplan.planning.split.EdgeRanker`: ranked edges of a fusion group.
 
 For a group of a graph under a cost model, the ranker builds the GIN sample exactly as the
-dataset does (:func:`explainers.features.group_features` with the cost model's buffer size
+dataset does (:func:`data.features.group_features` with the cost model's buffer size
 in the buffer column), asks the explainer which edges make the group *invalid*, and maps
 the local edge indices back to ``(u, v)`` node ids of the graph. Explanations are cached per
 group.
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explainers.base import INVALID, SupportsExplain
-from fusionplan.graph import Group, bits
+from fusionplan.ir.graph import Group, bits
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
-    from fusionplan.split import Edge
+    from fusionplan.planning.split import Edge
 
 
 @dataclass
@@ -45,7 +45,7 @@ class ExplainerRanker:
     def __init__(
         self, cost_model: CostModel, explainer: SupportsExplain, name: str | None = None
     ) -> None:
-        from explainers.features import node_feature_table
+        from data.features import node_feature_table
 
         self.cost_model = cost_model
         self.graph = cost_model.graph
@@ -60,7 +60,7 @@ class ExplainerRanker:
         import torch
         from torch_geometric.data import Data
 
-        from explainers.features import group_features, with_buffer
+        from data.features import group_features, with_buffer
 
         x, edge_index = group_features(self.graph, self.table, group)
         x = with_buffer(x, self.cost_model.beta)

@@ -1,8 +1,8 @@
-"""Explainer-guided splitters: ``gnne``, ``pg`` and ``rg`` in :data:`fusionplan.split.SPLITTERS`.
+"""Explainer-guided splitters: ``gnne``, ``pg`` and ``rg`` in :data:`fusionplan.planning.split.SPLITTERS`.
 
-Importing this module registers the three names (``fusionplan.api`` imports it when an
+Importing this module registers the three names (``fusionplan.app.api`` imports it when an
 unknown splitter name is asked for). Each is the paper's Algorithm 1 --
-:class:`fusionplan.split.TreeSplitter` -- over an :class:`explainers.ranking.ExplainerRanker`
+:class:`fusionplan.planning.split.TreeSplitter` -- over an :class:`explainers.ranking.ExplainerRanker`
 with the GIN of the cost model's scheme and, for PG and RG, the trained explainer of that
 scheme. Weights come from :func:`explainers.checkpoints.weights_dir` (the shipped ones, or
 ``$FUSIONPLAN_WEIGHTS_DIR``) and are loaded with ``weights_only=True``; a missing or
@@ -20,7 +20,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any
 
 from explainers.checkpoints import CheckpointError, load_checkpoint, rebuild_command, weights_dir
-from fusionplan.split import SPLITTERS, TreeSplitter
+from fusionplan.planning.split import SPLITTERS, TreeSplitter
 
 if TYPE_CHECKING:
     import torch

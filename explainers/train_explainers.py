@@ -70,7 +70,7 @@ def _prepare(
     ``max_samples`` invalid-predicted ones are found (or the dataset is exhausted), so a
     large dataset is not materialised whole.
     """
-    from fusionplan.errors import ConfigError
+    from fusionplan.ir.errors import ConfigError
 
     if model is None:
         from explainers.splitters import load_gin_model

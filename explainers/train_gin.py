@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from explainers.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
-from explainers.features import FEATURE_VERSION
+from data.features import FEATURE_VERSION
 from explainers.gin import GINClassifier, GINConfig
 
 KIND = "gin"
@@ -197,7 +197,7 @@ def train_gin(
     Deterministic for a seed on one machine and thread count.
     """
     from data.dataset import default_dataset_dir, load_dataset
-    from fusionplan.errors import ConfigError
+    from fusionplan.ir.errors import ConfigError
 
     dataset_dir = Path(dataset_dir) if dataset_dir is not None else default_dataset_dir()
 

@@ -13,14 +13,14 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "sweep": "fusionplan.api",
-    "load": "fusionplan.api",
-    "load_model": "fusionplan.onnx_import",
-    "OpGraph": "fusionplan.graph",
+    "sweep": "fusionplan.app.api",
+    "load": "fusionplan.app.api",
+    "load_model": "fusionplan.ir.onnx_import",
+    "OpGraph": "fusionplan.ir.graph",
     "Plan": "fusionplan.plan",
     "PlanMetrics": "fusionplan.plan",
     "Accelerator": "accel_model.accelerator",
-    "FusionPlanError": "fusionplan.errors",
+    "FusionPlanError": "fusionplan.ir.errors",
 }
 
 __all__ = [*sorted(_LAZY), "__version__", "plan"]
@@ -32,12 +32,12 @@ class _Package(types.ModuleType):
     Importing a submodule makes the import system set it as an attribute of the package,
     which would replace the function by the module after the first call. This property
     keeps the function and ignores that assignment; the module stays reachable through
-    ``from fusionplan.plan import Plan`` (which reads ``sys.modules``).
+    ``from fusionplan.planning.plan import Plan`` (which reads ``sys.modules``).
     """
 
     @property
     def plan(self) -> Any:
-        from fusionplan.api import plan
+        from fusionplan.app.api import plan
 
         return plan
 

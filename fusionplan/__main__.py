@@ -1,5 +1,5 @@
 """``python -m fusionplan``: the same command line as the ``fusionplan`` script."""
 
-from fusionplan.cli import main
+from fusionplan.app.cli import main
 
 main()

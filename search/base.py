@@ -3,7 +3,7 @@
 ``make_search(name, **options)`` builds a registered search; ``options`` are the fields of
 that search's config dataclass (``LocalSearchConfig`` for ``"ls"``, ``NSGA2Config`` for
 ``"nsga2"``, e.g. ``make_search("nsga2", backend="openbox", pop_size=20)``). Unknown names
-and options raise :class:`~fusionplan.errors.ConfigError`.
+and options raise :class:`~fusionplan.ir.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
-from fusionplan.errors import ConfigError
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.registry import Registry
 from search.problem import FusionProblem
 from search.result import SearchResult
 
@@ -34,33 +35,17 @@ class Search(Protocol):
             ) -> SearchResult: ...  # fmt: skip
 
 
-_SEARCHES: dict[str, Callable[..., Search]] = {}
-
-
-def register_search(name: str, factory: Callable[..., Search]) -> None:
-    """Make ``factory(**options)`` available as ``make_search(name, **options)``."""
-    _SEARCHES[name] = factory
-
-
-def _load_builtin() -> None:
-    # each module registers itself; none imports pymoo or openbox at module level
-    import search.exact
-    import search.local_search
-    import search.nsga2
-    import search.random_search  # noqa: F401
+SEARCHES: Registry[Callable[..., Search]] = Registry("search")
+"""Search name -> ``factory(**options)``; the builtins register in ``search/__init__.py``."""
 
 
 def search_names() -> list[str]:
-    _load_builtin()
-    return sorted(_SEARCHES)
+    return SEARCHES.names()
 
 
 def make_search(name: str, **options: Any) -> Search:
     """A fresh search by registry name, configured by its config dataclass's fields."""
-    _load_builtin()
-    if name not in _SEARCHES:
-        raise ConfigError(f"unknown search '{name}' (choose from {', '.join(search_names())})")
-    factory = _SEARCHES[name]
+    factory = SEARCHES.get(name)
     if options and not _takes_options(factory):
         raise ConfigError(f"search '{name}' takes no options, got {', '.join(sorted(options))}")
     return factory(**options)

@@ -58,8 +58,9 @@ so they cost transitions, not states. Two exact reductions are used instead:
     consumers) non-decreasing likewise, and G only adds terms. Validity
     (``footprint < beta``) is therefore monotone.
 
-  For another registered scheme no such proof exists here, so growth does not stop at a
-  set that does not fit (still exact, only slower).
+  A cost model declares this property with :meth:`CostModel.monotone_over_downsets`
+  (LBDF always, BRR when every tensor has >= 1 row); for a scheme that does not, growth
+  does not stop at a set that does not fit (still exact, only slower).
 
 Heuristic ``h(D)`` (bytes): weights of R, plus every tensor that R reads and that is a
 graph input or produced in D, plus every graph output produced in R. Each of them is
@@ -80,7 +81,7 @@ Size and refusal. With N the number of down-sets of the graph, there are at most
 states, and at most N transitions out of a state (``D | G`` is a down-set), so at most
 N^2 candidate groups in all, each costed once per state (memoised in the cost model).
 Before searching, N is counted (a transfer-matrix count along the topological order,
-stopped past ``max_downsets``); above the limit :class:`~fusionplan.errors.ConfigError`
+stopped past ``max_downsets``); above the limit :class:`~fusionplan.ir.errors.ConfigError`
 says so in one line. The 12 zoo models have 38-547 down-sets (chains with skips have n+1;
 only parallel branches multiply them) and are solved to optimality in under 0.3 s at
 128-256 KB and under 5 s up to 16 MB (ResNet-152, 2 CPU cores); a DAG of k parallel
@@ -103,15 +104,15 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from fusionplan.errors import ConfigError
-from fusionplan.graph import Group, bits
-from search.base import Progress, build_config, check_start, register_search
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import Group, bits
+from search.base import Progress, build_config, check_start, SEARCHES
 from search.problem import FusionProblem
 from search.result import Recorder, SearchResult
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
-    from fusionplan.graph import OpGraph
+    from fusionplan.ir.graph import OpGraph
 
 # (group of fusable nodes, unfusable nodes absorbed after it, next state, DRAM bytes)
 Transition = tuple[Group, Group, Group, int]
@@ -191,9 +192,6 @@ class ExactSolver:
     """A* over down-sets for one cost model; see the module docstring."""
 
     def __init__(self, cost_model: CostModel, unfusable: Group) -> None:
-        from accel_model.brr import BRR
-        from accel_model.lbdf import LBDF
-
         cm = self.cm = cost_model
         g = self.graph = cm.graph
         n = len(g)
@@ -208,10 +206,7 @@ class ExactSolver:
                 a |= anc[u] | (1 << u)
             anc[v] = a
         self.anc = anc
-        # the buffer is monotone over down-sets of R (module docstring) for these two only;
-        # BRR's proof needs every tensor to have >= 1 row
-        heights_ok = all(t.shape[1] >= 1 for t in g.tensors)
-        self.prune = type(cm) is LBDF or (type(cm) is BRR and heights_ok)
+        self.prune = cm.monotone_over_downsets()  # module docstring: why pruning is exact
         self.unf_dram = {u: cm.cost(1 << u).dram for u in bits(unfusable)}
         b = cm.b
         self.weight = [b * node.weights for node in g.nodes]
@@ -524,4 +519,4 @@ class ExactSearch:
         )
 
 
-register_search("exact", ExactSearch)
+SEARCHES.register("exact", ExactSearch, help="proven optimum, A* over down-sets")

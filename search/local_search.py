@@ -20,8 +20,8 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from fusionplan.errors import ConfigError
-from search.base import Progress, build_config, check_start, register_search
+from fusionplan.ir.errors import ConfigError
+from search.base import Progress, build_config, check_start, SEARCHES
 from search.operators import OneEditMutation, PlanView
 from search.problem import Candidate, FusionProblem
 from search.result import Recorder, SearchResult
@@ -124,4 +124,4 @@ class LocalSearch:
         return rec.result(self.name, seed, search_config=asdict(cfg))
 
 
-register_search("ls", LocalSearch)
+SEARCHES.register("ls", LocalSearch, help="local search, top-10 one-edit mutations")

@@ -1,7 +1,7 @@
 """NSGA-II over edge-cut bit-strings, objectives (DRAM bytes, MBU bytes), both minimised.
 
 Encoding: bit ``i`` set <=> ``problem.edges[i]`` is cut; a group is a connected component
-of the uncut edges (:func:`fusionplan.partition.groups_from_cut_edges`).
+of the uncut edges (:func:`fusionplan.ir.partition.groups_from_cut_edges`).
 
 Backends (``NSGA2Config.backend``; also the registry name ``"nsga2-openbox"``):
 
@@ -29,8 +29,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fusionplan.errors import ConfigError
-from search.base import Progress, build_config, check_start, register_search
+from fusionplan.ir.errors import ConfigError
+from search.base import Progress, build_config, check_start, SEARCHES
 from search.operators import PlanRepair, RandomCutSampling
 from search.problem import FusionProblem
 from search.result import Recorder, SearchResult
@@ -221,5 +221,5 @@ def _openbox_factory(config: NSGA2Config | None = None, **options: Any) -> NSGA2
     return NSGA2Search(config, **options)
 
 
-register_search("nsga2", NSGA2Search)
-register_search("nsga2-openbox", _openbox_factory)
+SEARCHES.register("nsga2", NSGA2Search, help="NSGA-II over (DRAM, peak buffer)")
+SEARCHES.register("nsga2-openbox", _openbox_factory, help="NSGA-II on OpenBox")

@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from fusionplan.errors import ConfigError
+from fusionplan.ir.errors import ConfigError
 from search.operators import EdgeCodec
 from search.problem import FusionProblem
 from search.result import Recorder, SearchResult

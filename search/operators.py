@@ -11,7 +11,7 @@ Two encodings are used by the searches:
   - :class:`MoveBoundaryNode` — move one end of a cut edge into the other end's group;
   - :class:`MergeAdjacentGroups` — merge the two groups a cut edge joins;
   - :class:`SplitAtTopologicalCut` — split one group at a topological position
-    (:func:`fusionplan.partition.cut_at`; such a cut never creates a cycle);
+    (:func:`fusionplan.ir.partition.cut_at`; such a cut never creates a cycle);
   - :class:`OneEditMutation` — one of the applicable mutations above, chosen uniformly.
 
 * **edge-cut bit-strings** (NSGA-II): bit ``i`` set <=> ``problem.edges[i]`` is cut; a group
@@ -33,8 +33,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
-from fusionplan.graph import Group, bits
-from fusionplan.partition import cut_at
+from fusionplan.ir.graph import Group, bits
+from fusionplan.ir.partition import cut_at
 
 if TYPE_CHECKING:
     import numpy as np
@@ -138,7 +138,7 @@ class OneEditMutation:
     name = "one-edit"
 
     def __init__(self, names: tuple[str, ...] = ("move", "merge", "split")) -> None:
-        from fusionplan.errors import ConfigError
+        from fusionplan.ir.errors import ConfigError
 
         unknown = [n for n in names if n not in MUTATIONS]
         if unknown or not names:
@@ -168,8 +168,8 @@ class RandomCutSampling:
 class EdgeCodec:
     """Fast decode / encode between cut bit-strings over ``problem.edges`` and groups.
 
-    Same results as :func:`fusionplan.partition.groups_from_cut_edges` and
-    :func:`fusionplan.partition.cut_edges_of` (the tests check it), about twice as fast:
+    Same results as :func:`fusionplan.ir.partition.groups_from_cut_edges` and
+    :func:`fusionplan.ir.partition.cut_edges_of` (the tests check it), about twice as fast:
     decoding grows components with bitmask adjacency; encoding memoises, per group, the
     indices of the edges inside it (groups recur across plans much like cost queries).
     """

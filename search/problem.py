@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from accel_model.bounds import unfusable_nodes
-from fusionplan.graph import Group, bits, lowest, weak_components
-from fusionplan.partition import groups_from_cut_edges, make_sound
+from fusionplan.ir.graph import Group, bits, lowest, weak_components
+from fusionplan.ir.partition import groups_from_cut_edges, make_sound
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
-    from fusionplan.plan import Plan
-    from fusionplan.split import Splitter
+    from fusionplan.planning.plan import Plan
+    from fusionplan.planning.split import Splitter
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class FusionProblem:
     seen: dict[tuple[Group, ...], Candidate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from fusionplan.errors import ConfigError
+        from fusionplan.ir.errors import ConfigError
 
         budget = self.budget
         if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
@@ -143,6 +143,6 @@ class FusionProblem:
         return weak_components(self.graph, self.fusable)
 
     def to_plan(self, candidate: Candidate, info: dict[str, Any] | None = None) -> Plan:
-        from fusionplan.plan import Plan
+        from fusionplan.planning.plan import Plan
 
         return Plan(self.graph, self.cost_model, list(candidate.groups), info=info)

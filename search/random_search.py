@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from search.base import Progress, register_search
+from search.base import Progress, SEARCHES
 from search.problem import FusionProblem
 from search.result import Recorder, SearchResult
 
@@ -22,4 +22,4 @@ class RandomSearch:
         return rec.result(self.name, seed)
 
 
-register_search("rs", RandomSearch)
+SEARCHES.register("rs", RandomSearch, help="random search")

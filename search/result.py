@@ -90,7 +90,7 @@ class Recorder:
 
     def result(self, algorithm: str, seed: int, **extra: Any) -> SearchResult:
         if self.best is None:
-            from fusionplan.errors import ConfigError
+            from fusionplan.ir.errors import ConfigError
 
             raise ConfigError(
                 f"the search proposed no plan: budget {self.problem.budget}, "

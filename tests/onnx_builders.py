@@ -3,7 +3,7 @@
 Every builder returns an ``onnx.ModelProto`` (opset 17, batch 1, static shapes, seeded
 random initializers). Channel counts and spatial sizes are tiny so that the tests can state
 every cost term as hand arithmetic. :func:`to_graph` imports a model in memory and
-:func:`save` writes it to disk for :func:`fusionplan.onnx_import.load_model`.
+:func:`save` writes it to disk for :func:`fusionplan.ir.onnx_import.load_model`.
 
 Node order in the ONNX graph is the topological label order of the imported graph for every
 builder here (the importer keeps the given order among ready nodes).
@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from fusionplan.onnx_import import graph_from_proto
+from fusionplan.ir.onnx_import import graph_from_proto
 
 OPSET = 17
 FLOAT = TensorProto.FLOAT

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from fusionplan.graph import Node, OpGraph, Tensor
+from fusionplan.ir.graph import Node, OpGraph, Tensor
 
 
 def random_dag(seed: int, n_nodes: int | None = None, max_nodes: int = 14) -> OpGraph:

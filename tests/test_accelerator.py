@@ -7,7 +7,7 @@ import pytest
 from accel_model import Accelerator, format_size, make_cost_model, parse_size, scheme_names
 from accel_model.brr import BRR
 from accel_model.lbdf import LBDF
-from fusionplan.errors import ConfigError, FusionPlanError
+from fusionplan.ir.errors import ConfigError, FusionPlanError
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 The search is ``rs`` with a small budget: these tests are about the API contract.
 
-``fp.plan`` is resolved lazily to :func:`fusionplan.api.plan` and must stay the function
+``fp.plan`` is resolved lazily to :func:`fusionplan.app.api.plan` and must stay the function
 even after the submodule ``fusionplan.plan`` has been imported (the import system assigns
 submodules as package attributes); a test below guards that.
 """
@@ -18,8 +18,8 @@ from onnx_builders import residual_block, save, to_graph
 
 import fusionplan as fp
 from fusionplan import api
-from fusionplan.errors import ConfigError
-from fusionplan.plan import Plan
+from fusionplan.ir.errors import ConfigError
+from fusionplan.planning.plan import Plan
 
 FAST = {"search": "rs", "budget": 12}
 
@@ -125,7 +125,7 @@ def test_unknown_attribute():
 def test_lazy_api_attributes():
     # first access, before anything imported the submodule fusionplan.plan
     code = (
-        "import fusionplan as fp\nf = fp.plan\nimport fusionplan.api as api\nprint(f is api.plan)"
+        "import fusionplan as fp\nf = fp.plan\nimport fusionplan.app.api as api\nprint(f is api.plan)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == "True", proc.stderr
@@ -135,8 +135,8 @@ def test_lazy_api_attributes():
 
 def test_fp_plan_is_the_function_after_the_plan_module_is_imported():
     code = (
-        "import fusionplan as fp\nfp.plan\nimport fusionplan.plan\n"
-        "from fusionplan.plan import Plan\nprint(callable(fp.plan))"
+        "import fusionplan as fp\nfp.plan\nimport fusionplan.planning.plan\n"
+        "from fusionplan.planning.plan import Plan\nprint(callable(fp.plan))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == "True", proc.stderr

@@ -10,12 +10,12 @@ import sys
 import pytest
 from onnx_builders import residual_block, save
 
-from fusionplan.bench import BEGIN, END, BenchConfig, Run, planned_runs, splice
-from fusionplan.bench import runner as bench_runner
-from fusionplan.bench.experiments import exact_runs
-from fusionplan.bench.render import best_at
-from fusionplan.bench.runner import ResultStore, execute, run_all
-from fusionplan.errors import ConfigError
+from fusionplan.app.bench import BEGIN, END, BenchConfig, Run, planned_runs, splice
+from fusionplan.app.bench import runner as bench_runner
+from fusionplan.app.bench.experiments import exact_runs
+from fusionplan.app.bench.render import best_at
+from fusionplan.app.bench.runner import ResultStore, execute, run_all
+from fusionplan.ir.errors import ConfigError
 
 
 def test_default_config_plans_the_paper_grid_once():

@@ -1,7 +1,7 @@
 """The ``fusionplan`` command line (DESIGN 11).
 
 Successful runs go through ``click.testing.CliRunner`` (in process); exit codes and error
-output go through the installed console script (``fusionplan.cli:main``) in a subprocess,
+output go through the installed console script (``fusionplan.app.cli:main``) in a subprocess,
 which is what a user sees. The search is ``rs`` with a small budget everywhere: these tests
 are about the front end, not plan quality.
 """
@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from onnx_builders import dynamic_batch, residual_block, save
 
 from accel_model import Accelerator, make_cost_model
-from fusionplan.cli import cli
-from fusionplan.onnx_import import load_model
-from fusionplan.plan import Plan
+from fusionplan.app.cli import cli
+from fusionplan.ir.onnx_import import load_model
+from fusionplan.planning.plan import Plan
 
 BIN = Path(sys.executable).parent / "fusionplan"
 FAST = ["--search", "rs", "--budget", "10", "-q"]
@@ -261,7 +261,7 @@ def test_help_is_fast_and_light(tmp_path: Path):
     assert elapsed < 2.0
 
     code = (
-        "import sys, fusionplan.cli\n"
+        "import sys, fusionplan.app.cli\n"
         f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))"
     )
     probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -21,7 +21,7 @@ from onnx_builders import (
 
 from accel_model import Accelerator, compulsory_traffic, make_cost_model, unfusable_nodes
 from accel_model.lbdf import LBDF
-from fusionplan.graph import mask_of
+from fusionplan.ir.graph import mask_of
 
 
 def lbdf(builder, beta: int = 1 << 20, b: int = 1) -> LBDF:

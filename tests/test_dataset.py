@@ -19,10 +19,10 @@ from dataset_models import TINY_BUFFERS_KB, save_tiny
 
 from accel_model import Accelerator, make_cost_model
 from data import dataset as ds
-from explainers.features import group_features, node_feature_table, with_buffer
-from fusionplan.errors import ConfigError
-from fusionplan.graph import bits, is_weakly_connected
-from fusionplan.onnx_import import load_model
+from data.features import group_features, node_feature_table, with_buffer
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import bits, is_weakly_connected
+from fusionplan.ir.onnx_import import load_model
 
 GROUPS, UNSEEN = 160, 60
 

@@ -26,9 +26,9 @@ from accel_model import Accelerator
 from accel_model.brr import BRR
 from accel_model.lbdf import LBDF
 from accel_model.registry import cost_model_class
-from fusionplan.errors import ConfigError
-from fusionplan.graph import Node, OpGraph, Tensor, bits, weak_components
-from fusionplan.split import SPLITTERS
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import Node, OpGraph, Tensor, bits, weak_components
+from fusionplan.planning.split import SPLITTERS
 from search import ExactConfig, FusionProblem, make_search, search_names
 from search.exact import ExactSolver, count_downsets
 

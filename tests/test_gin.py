@@ -17,7 +17,7 @@ from data import dataset as ds
 from explainers import train_gin as tg
 from explainers.checkpoints import CheckpointError, load_checkpoint
 from explainers.dataset import FusionGroupDataset, training_samples
-from explainers.features import FEATURE_NAMES, NUM_FEATURES
+from data.features import FEATURE_NAMES, NUM_FEATURES
 from explainers.gin import GINClassifier
 
 
@@ -100,7 +100,7 @@ def test_pyg_loader_batches_match_the_fast_batcher(dataset_dir):
 
 
 def test_bad_split_or_scheme(dataset_dir):
-    from fusionplan.errors import ConfigError
+    from fusionplan.ir.errors import ConfigError
 
     with pytest.raises(ConfigError):
         FusionGroupDataset(dataset_dir, "lbdf", "holdout")
@@ -177,7 +177,7 @@ def test_stale_feature_version_is_refused(trained, tmp_path):
 
 
 def test_unknown_scheme_in_dataset_is_a_config_error(dataset_dir):
-    from fusionplan.errors import ConfigError
+    from fusionplan.ir.errors import ConfigError
 
     with pytest.raises(ConfigError, match="scheme"):
         tg.train_gin(dataset_dir, "nope", epochs=1, save=False)

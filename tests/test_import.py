@@ -27,9 +27,9 @@ from onnx_builders import (
     with_unknown_op,
 )
 
-from fusionplan.errors import GraphError, ModelError
-from fusionplan.graph import OpGraph
-from fusionplan.onnx_import import load_model
+from fusionplan.ir.errors import GraphError, ModelError
+from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.onnx_import import load_model
 
 
 def names(graph: OpGraph) -> list[str]:

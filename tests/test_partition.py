@@ -1,4 +1,4 @@
-"""Partitions (fusionplan.partition): the edge-cut encoding, make_sound and topological cuts.
+"""Partitions (fusionplan.ir.partition): the edge-cut encoding, make_sound and topological cuts.
 
 Soundness is checked with the graph module's own primitives (``is_weakly_connected``,
 ``quotient_order``), never with the code under test. Besides hand-made bad partitions,
@@ -12,7 +12,7 @@ import random
 import pytest
 from onnx_builders import Net, fan_out, residual_block, to_graph
 
-from fusionplan.graph import (
+from fusionplan.ir.graph import (
     Node,
     OpGraph,
     Tensor,
@@ -23,7 +23,7 @@ from fusionplan.graph import (
     topological_cut,
     weak_components,
 )
-from fusionplan.partition import (
+from fusionplan.ir.partition import (
     cut_at,
     cut_edges_of,
     groups_from_cut_edges,

@@ -19,8 +19,8 @@ import pytest
 from onnx_builders import conv_bn, conv_chain, fan_out, residual_block, save, to_graph, view_ops
 
 from accel_model import Accelerator, compulsory_traffic, make_cost_model
-from fusionplan.errors import PlanError
-from fusionplan.plan import MB, PLAN_FORMAT, PLAN_FORMAT_VERSION, Plan
+from fusionplan.ir.errors import PlanError
+from fusionplan.planning.plan import MB, PLAN_FORMAT, PLAN_FORMAT_VERSION, Plan
 
 BIG = 1 << 20
 
@@ -308,7 +308,7 @@ def test_annotate_onnx(builder, tmp_path: Path):
     dst = plan.annotate_onnx(src, tmp_path / "out" / "annotated.onnx")
     onnx.checker.check_model(str(dst))
     annotated = onnx.load(str(dst))
-    from fusionplan.onnx_import import onnx_node_names
+    from fusionplan.ir.onnx_import import onnx_node_names
 
     tags = {}
     for node, name in zip(annotated.graph.node, onnx_node_names(annotated.graph), strict=True):
@@ -337,7 +337,7 @@ def test_annotate_onnx(builder, tmp_path: Path):
 def test_atomic_writes_respect_the_umask(tmp_path):
     import os
 
-    from fusionplan.io import write_text_atomic
+    from fusionplan.ir.io import write_text_atomic
 
     old = os.umask(0o022)
     try:

@@ -19,10 +19,10 @@ from onnx_builders import Net, to_graph
 from random_dags import random_dag
 
 from accel_model import Accelerator, make_cost_model
-from fusionplan.errors import ConfigError
-from fusionplan.graph import bits, is_weakly_connected, quotient_order
-from fusionplan.partition import cut_edges_of, groups_from_cut_edges
-from fusionplan.split import SPLITTERS
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import bits, is_weakly_connected, quotient_order
+from fusionplan.ir.partition import cut_edges_of, groups_from_cut_edges
+from fusionplan.planning.split import SPLITTERS
 from search import FusionProblem, SearchResult, make_search, search_names
 from search.local_search import LocalSearch, LocalSearchConfig
 from search.nsga2 import NSGA2Config, NSGA2Search

@@ -19,9 +19,9 @@ from random_dags import random_dag, small_buffer
 
 from accel_model import Accelerator
 from accel_model.registry import cost_model_class
-from fusionplan.graph import bits, is_weakly_connected, quotient_order
-from fusionplan.partition import make_sound
-from fusionplan.split import SPLITTERS
+from fusionplan.ir.graph import bits, is_weakly_connected, quotient_order
+from fusionplan.ir.partition import make_sound
+from fusionplan.planning.split import SPLITTERS
 from search import FusionProblem, make_search
 
 PROPS = settings(max_examples=25, deadline=None,

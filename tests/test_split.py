@@ -18,11 +18,11 @@ import pytest
 from onnx_builders import residual_block, strided_chain, to_graph
 
 from accel_model import Accelerator, make_cost_model, unfusable_nodes
-from fusionplan.errors import ConfigError
-from fusionplan.graph import bits, is_weakly_connected, lowest, quotient_order
-from fusionplan.partition import cut_at, groups_from_cut_edges, make_sound
-from fusionplan.plan import Plan
-from fusionplan.split import (
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import bits, is_weakly_connected, lowest, quotient_order
+from fusionplan.ir.partition import cut_at, groups_from_cut_edges, make_sound
+from fusionplan.planning.plan import Plan
+from fusionplan.planning.split import (
     SPLITTERS,
     CostModelRanker,
     RandomSplitter,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from data import zoo
-from fusionplan.errors import ModelError
-from fusionplan.onnx_import import load_model
+from fusionplan.ir.errors import ModelError
+from fusionplan.ir.onnx_import import load_model
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_MODELS = {

@@ -14,8 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fusionplan.errors import PlanError
-from fusionplan.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
+from fusionplan.ir.errors import PlanError
+from fusionplan.ir.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
@@ -185,7 +185,7 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     def save(self, path: str | Path) -> Path:
-        from fusionplan.io import write_text_atomic
+        from fusionplan.ir.io import write_text_atomic
 
         return write_text_atomic(path, self.to_json() + "\n")
 
@@ -251,8 +251,8 @@ class Plan:
         """
         import onnx
 
-        from fusionplan.io import write_atomic
-        from fusionplan.onnx_import import onnx_node_names
+        from fusionplan.ir.io import write_atomic
+        from fusionplan.ir.onnx_import import onnx_node_names
 
         model = onnx.load(str(src))
         group_of = self.group_of()

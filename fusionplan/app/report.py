@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from accel_model.accelerator import format_size
-from fusionplan.io import write_atomic, write_text_atomic
-from fusionplan.plan import MB, Plan
+from fusionplan.ir.io import write_atomic, write_text_atomic
+from fusionplan.planning.plan import MB, Plan
 
 
 def sweep_rows(plans: list[Plan]) -> list[dict[str, Any]]:

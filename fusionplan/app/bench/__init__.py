@@ -1,10 +1,10 @@
 """``fusionplan bench``: the paper's experiments on this product's cost models.
 
-:mod:`~fusionplan.bench.experiments` says which runs each table and figure needs,
-:mod:`~fusionplan.bench.runner` executes them in parallel and resumably,
-:mod:`~fusionplan.bench.valid_share` computes Figure 3, :mod:`~fusionplan.bench.render`
+:mod:`~fusionplan.app.bench.experiments` says which runs each table and figure needs,
+:mod:`~fusionplan.app.bench.runner` executes them in parallel and resumably,
+:mod:`~fusionplan.app.bench.valid_share` computes Figure 3, :mod:`~fusionplan.app.bench.render`
 writes markdown and PNGs, and :func:`run_bench` ties them together. Search throughput and
-zoo timings live in :mod:`~fusionplan.bench.speed`.
+zoo timings live in :mod:`~fusionplan.app.bench.speed`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fusionplan.bench.experiments import BenchConfig, Run, planned_runs
+from fusionplan.app.bench.experiments import BenchConfig, Run, planned_runs
 
 __all__ = ["BenchConfig", "Run", "planned_runs", "run_bench", "splice"]
 
@@ -56,10 +56,10 @@ def run_bench(
 ) -> Path:
     """Run (or resume) every selected experiment, write the figures next to ``report_path``
     (``img/``) and the markdown section into it; returns ``report_path``."""
-    from fusionplan.bench import render
-    from fusionplan.bench.runner import ResultStore, run_all
-    from fusionplan.bench.valid_share import valid_share
-    from fusionplan.io import write_text_atomic
+    from fusionplan.app.bench import render
+    from fusionplan.app.bench.runner import ResultStore, run_all
+    from fusionplan.app.bench.valid_share import valid_share
+    from fusionplan.ir.io import write_text_atomic
 
     started = time.perf_counter()
     runs = planned_runs(config)

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from fusionplan.graph import OP_KINDS, Group, OpGraph, bits, row_span
+from fusionplan.ir.graph import OP_KINDS, Group, OpGraph, bits, row_span
 
 FEATURE_NAMES: tuple[str, ...] = (
     *(f"kind_{k}" for k in OP_KINDS),

@@ -86,7 +86,7 @@ class BenchConfig:
         return cls(**settings)
 
     def check(self) -> None:
-        from fusionplan.errors import ConfigError
+        from fusionplan.ir.errors import ConfigError
 
         unknown = sorted(set(self.experiments) - set(EXPERIMENTS))
         if unknown:

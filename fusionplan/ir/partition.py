@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from fusionplan.graph import (
+from fusionplan.ir.graph import (
     Group,
     OpGraph,
     bits,

@@ -77,7 +77,7 @@ class Edge:
 
 @dataclass(frozen=True)
 class OpGraph:
-    """Immutable op graph. Build it with :func:`fusionplan.onnx_import.load_model` or
+    """Immutable op graph. Build it with :func:`fusionplan.ir.onnx_import.load_model` or
     :meth:`OpGraph.build`, which checks invariants and relabels topologically."""
 
     name: str
@@ -100,7 +100,7 @@ class OpGraph:
 
         Raises ``GraphError`` if the graph has a cycle or a tensor has no producer.
         """
-        from fusionplan.errors import GraphError
+        from fusionplan.ir.errors import GraphError
 
         inputs, outputs = tuple(inputs), tuple(outputs)
         producer = {t: i for i, n in enumerate(nodes) for t in n.outputs}

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fusionplan.errors import GraphError, ModelError
-from fusionplan.graph import Node, OpGraph, Tensor, _topological_order
+from fusionplan.ir.errors import GraphError, ModelError
+from fusionplan.ir.graph import Node, OpGraph, Tensor, _topological_order
 
 VIEW_OPS = frozenset({"Identity", "Dropout", "Flatten", "Reshape", "Squeeze", "Unsqueeze"})
 SHAPE_OPS = frozenset({"Shape", "Size"})  # outputs depend on static shapes only

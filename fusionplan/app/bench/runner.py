@@ -14,8 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from fusionplan.bench.experiments import Run
-from fusionplan.io import write_text_atomic
+from fusionplan.app.bench.experiments import Run
+from fusionplan.ir.io import write_text_atomic
 
 MB = 2**20
 RESULTS_FILE = "runs.jsonl"
@@ -60,7 +60,7 @@ _GRAPHS: dict[str, Any] = {}
 def _graph(model: str):
     graph = _GRAPHS.get(model)
     if graph is None:
-        from fusionplan.api import load
+        from fusionplan.app.api import load
 
         graph = _GRAPHS[model] = load(model)
     return graph
@@ -68,8 +68,8 @@ def _graph(model: str):
 
 def execute(run: Run, exact_time_limit_s: float = 60.0) -> dict[str, Any]:
     """Run one search; its result as a JSON-friendly row (the plan is validated first)."""
-    from fusionplan.api import PlanRequest, plan_graph
-    from fusionplan.errors import FusionPlanError
+    from fusionplan.app.api import PlanRequest, plan_graph
+    from fusionplan.ir.errors import FusionPlanError
 
     options = {"time_limit_s": exact_time_limit_s} if run.search == "exact" else {}
     request = PlanRequest(

@@ -13,15 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fusionplan.bench.experiments import (
+from fusionplan.app.bench.experiments import (
     BenchConfig,
     Run,
     exact_runs,
     table2_runs,
     table34_runs,
 )
-from fusionplan.bench.paper import PAPER_DRAM_MB, PAPER_RECTIFY
-from fusionplan.bench.valid_share import ValidShare
+from fusionplan.app.bench.paper import PAPER_DRAM_MB, PAPER_RECTIFY
+from fusionplan.app.bench.valid_share import ValidShare
 
 Row = dict[str, Any]
 SEARCH_NAMES = {"rs": "RS", "ls": "LS", "nsga2": "NSGA-II", "exact": "exact"}
@@ -397,7 +397,7 @@ def _figure(rows: int, cols: int):
 
 
 def _save(plt, fig, path: Path) -> Path:
-    from fusionplan.io import write_atomic
+    from fusionplan.ir.io import write_atomic
 
     fig.tight_layout()
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from fusionplan import __version__
-from fusionplan.errors import ConfigError, FusionPlanError
+from fusionplan.ir.errors import ConfigError, FusionPlanError
 
 EXIT_BAD_INPUT = 2
 
@@ -95,7 +95,7 @@ class PlanOptions:
 
     def request(self, buffer: str):
         """A checked :class:`PlanRequest` for one buffer size (fails before any model load)."""
-        from fusionplan.api import PlanRequest
+        from fusionplan.app.api import PlanRequest
 
         request = PlanRequest(
             buffer,
@@ -111,7 +111,7 @@ class PlanOptions:
         return request
 
     def load(self, model: str):
-        from fusionplan.api import load
+        from fusionplan.app.api import load
 
         return load(model, input_shapes=_parse_shapes(self.input_shape), strict_ops=self.strict_ops)
 
@@ -205,7 +205,7 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON instead of a summary.")
 def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, as_json):
     """Plan fusion for MODEL (an ONNX file or a zoo name; see `fusionplan zoo list`)."""
-    from fusionplan.api import plan_graph
+    from fusionplan.app.api import plan_graph
 
     request = opts.request(buffer)
     graph = opts.load(model)
@@ -258,8 +258,8 @@ def _print_plan(plan) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON.")
 def sweep_cmd(model, buffers, opts: PlanOptions, plot, output, as_json):
     """DRAM traffic of MODEL across buffer sizes: a table, optionally CSV and a PNG plot."""
-    from fusionplan.api import plan_graph
-    from fusionplan.report import sweep_rows, write_sweep_csv, write_sweep_plot
+    from fusionplan.app.api import plan_graph
+    from fusionplan.app.report import sweep_rows, write_sweep_csv, write_sweep_plot
 
     sizes = [b.strip() for b in buffers.split(",") if b.strip()]
     if not sizes:
@@ -585,8 +585,8 @@ def bench_group(
     the paper's figures and the exact optimum; or a measurement subcommand below."""
     if ctx.invoked_subcommand is not None:
         return
-    from fusionplan.api import splitter_names
-    from fusionplan.bench import BenchConfig, run_bench
+    from fusionplan.app.api import splitter_names
+    from fusionplan.app.bench import BenchConfig, run_bench
 
     overrides = {
         k: v
@@ -632,8 +632,8 @@ def bench_group(
 @click.option("--seed", type=int, default=0, show_default=True)
 def bench_speed(models, buffer, scheme, search_name, splitter, budget, repeats, seed) -> None:
     """Plans per second of a search on MODELS (median of --repeats cold runs)."""
-    from fusionplan.api import PlanRequest
-    from fusionplan.bench.speed import search_speed
+    from fusionplan.app.api import PlanRequest
+    from fusionplan.app.bench.speed import search_speed
 
     request = PlanRequest(buffer, scheme, search_name, splitter, budget, seed)
     rows = search_speed(models, request, repeats)
@@ -659,7 +659,7 @@ def bench_speed(models, buffer, scheme, search_name, splitter, budget, repeats, 
 def bench_zoo(models) -> None:
     """Export (into an empty temporary cache) and import time per zoo model (default: all)."""
     from data.zoo import zoo_names
-    from fusionplan.bench.speed import zoo_times
+    from fusionplan.app.bench.speed import zoo_times
 
     rows = zoo_times(models or zoo_names())
     _print_table(

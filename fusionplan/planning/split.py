@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from fusionplan.graph import Group, OpGraph, bits
-from fusionplan.partition import cut_at
+from fusionplan.ir.graph import Group, OpGraph, bits
+from fusionplan.ir.partition import cut_at
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
@@ -271,7 +271,7 @@ class SplitterRegistry:
         return sorted(self.factories)
 
     def make(self, name: str, cost_model: CostModel, seed: int = 0) -> Splitter:
-        from fusionplan.errors import ConfigError
+        from fusionplan.ir.errors import ConfigError
 
         if name not in self.factories:
             raise ConfigError(f"unknown splitter '{name}' (choose from {', '.join(self.names())})")

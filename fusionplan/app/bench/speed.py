@@ -1,6 +1,6 @@
 """Measurements behind ``docs/results.md``: search throughput and zoo export/import time.
 
-Entry-level module (like :mod:`fusionplan.api`): it composes the zoo, the cost models and
+Entry-level module (like :mod:`fusionplan.app.api`): it composes the zoo, the cost models and
 the searches, and returns rows; the CLI prints them.
 """
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fusionplan.api import PlanRequest, load, make_splitter
+from fusionplan.app.api import PlanRequest, load, make_splitter
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def zoo_times(models: Sequence[str]) -> list[ZooTimeRow]:
     import torch  # noqa: F401  (import cost excluded from the export time)
 
     from data.zoo import data_path, zoo_entry, zoo_path
-    from fusionplan.onnx_import import load_model
+    from fusionplan.ir.onnx_import import load_model
 
     rows = []
     old = os.environ.get("FUSIONPLAN_CACHE_DIR")

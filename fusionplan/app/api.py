@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accel_model import Accelerator, make_cost_model
-from fusionplan.errors import ConfigError
-from fusionplan.graph import OpGraph
-from fusionplan.plan import Plan
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import OpGraph
+from fusionplan.planning.plan import Plan
 
 ModelSpec = str | os.PathLike | OpGraph
 
@@ -93,7 +93,7 @@ def plan_graph(
 
 def splitter_names() -> list[str]:
     """Every splitter name, explainer-guided ones included when that package is present."""
-    from fusionplan.split import SPLITTERS
+    from fusionplan.planning.split import SPLITTERS
 
     _register_explainer_splitters()
     return SPLITTERS.names()
@@ -101,7 +101,7 @@ def splitter_names() -> list[str]:
 
 def make_splitter(name: str, cost_model, seed: int):
     """A registered splitter by name; explainer splitters register when first asked for."""
-    from fusionplan.split import SPLITTERS
+    from fusionplan.planning.split import SPLITTERS
 
     if name not in SPLITTERS.names():
         _register_explainer_splitters()

@@ -1,0 +1,171 @@
+"""The layering contract of docs/design.md ("Layers"), checked over the AST of every module.
+
+Every import counts: module level, inside functions, and under ``TYPE_CHECKING``. A module
+may import its own package, anything in a lower layer, and third-party libraries; never a
+higher layer or a sibling package of its own layer. Imports inside functions are allowed
+only for the heavy libraries, each with a one-line reason in a comment.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# bottom to top; packages in one layer are independent of each other
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("fusionplan.ir",),
+    ("accel_model",),
+    ("fusionplan.planning",),
+    ("data",),
+    ("search", "explainers", "fusionplan.passes"),
+    ("fusionplan.app",),
+)
+FACADE = ("fusionplan", "fusionplan.__main__")  # the package front: reaches the app by name
+OURS = ("fusionplan", "accel_model", "search", "data", "explainers")
+HEAVY = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torch_geometric",
+        "pymoo",
+        "openbox",
+        "ConfigSpace",
+        "onnxruntime",
+        "ray",
+        "matplotlib",
+    }
+)
+"""Libraries that may be imported inside a function: each costs 0.5-7 s to import or is an
+optional extra, and most commands never need it (matplotlib: 1.1 s, only for plots)."""
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    target: str  # the imported module, dotted (relative imports resolved)
+    line: int
+    in_function: bool
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files() -> list[Path]:
+    return sorted(p for pkg in OURS for p in (ROOT / pkg).rglob("*.py"))
+
+
+def imports_of(path: Path) -> list[Import]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.Import):
+                found.extend(Import(name, a.name, child.lineno, in_function) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                found.append(Import(name, base, child.lineno, in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def layer_of(module: str) -> tuple[int, str] | None:
+    """(layer index, package) of one of our modules; None for the facade or third party."""
+    best: tuple[int, str] | None = None
+    for i, packages in enumerate(LAYERS):
+        for pkg in packages:
+            if (module == pkg or module.startswith(pkg + ".")) and (
+                best is None or len(pkg) > len(best[1])
+            ):
+                best = (i, pkg)
+    return best
+
+
+def violations() -> list[str]:
+    bad = []
+    for path in source_files():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for imp in imports_of(path):
+            top = imp.target.split(".")[0]
+            where = f"{path.relative_to(ROOT)}:{imp.line}"
+            if imp.in_function and top not in ("__future__",):
+                if top not in HEAVY:
+                    bad.append(f"{where}: import of {imp.target} inside a function")
+                elif not _has_reason(lines, imp.line):
+                    bad.append(f"{where}: function-level import of {imp.target} has no reason")
+            if top not in OURS or imp.module in FACADE:
+                continue
+            src, dst = layer_of(imp.module), layer_of(imp.target)
+            if src is None:
+                bad.append(f"{where}: module {imp.module} is in no layer")
+                continue
+            if dst is None:
+                bad.append(f"{where}: {imp.module} imports the package facade ({imp.target})")
+            elif dst[0] > src[0]:
+                bad.append(f"{where}: {imp.module} imports {imp.target}, a higher layer")
+            elif dst[0] == src[0] and dst[1] != src[1]:
+                bad.append(f"{where}: {imp.module} imports {imp.target}, a sibling package")
+    return bad
+
+
+def _has_reason(lines: list[str], line: int) -> bool:
+    """A comment on the import line, on the line above, or above the block of imports."""
+    i = line - 1
+    while i > 0 and lines[i - 1].lstrip().startswith(("import ", "from ")):
+        i -= 1
+    return any("#" in lines[j] for j in range(max(i - 1, 0), line))
+
+
+def test_every_module_is_in_a_layer_and_imports_only_downward():
+    assert violations() == []
+
+
+def test_checker_catches_an_upward_sideways_and_lazy_import(tmp_path, monkeypatch):
+    """The check itself can fail: plant bad imports in a copy of two modules."""
+    fake = tmp_path / "fusionplan" / "ir"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "bad.py").write_text(
+        "from search.problem import FusionProblem\n"
+        "def f():\n"
+        "    import numpy\n"
+        "    import torch\n"
+    )
+    (tmp_path / "search").mkdir()
+    (tmp_path / "search" / "bad.py").write_text("import explainers.gin  # sideways\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    found = "\n".join(violations())
+    assert "fusionplan/ir/bad.py:1: fusionplan.ir.bad imports search.problem, a higher layer" in (
+        found
+    )
+    assert "fusionplan/ir/bad.py:3: import of numpy inside a function" in found
+    assert "fusionplan/ir/bad.py:4: function-level import of torch has no reason" in found
+    assert "search/bad.py:1: search.bad imports explainers.gin, a sibling package" in found
+
+
+@pytest.mark.parametrize(
+    ("module", "layer"),
+    [("fusionplan.ir.graph", 0), ("accel_model.brr", 1), ("search.exact", 4),
+     ("fusionplan.app.cli", 5), ("fusionplan", None)],
+)  # fmt: skip
+def test_layer_of(module, layer):
+    found = layer_of(module)
+    assert (found[0] if found else None) == layer
