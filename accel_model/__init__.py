@@ -5,8 +5,11 @@ from accel_model.base import CacheStats, CostModel, GroupCost
 from accel_model.bounds import compulsory_traffic, unfusable_nodes
 from accel_model.registry import COST_MODELS, cost_model_class, scheme_names
 
-# the builtin schemes, registered in this order (the CLI's and the dataset's scheme order)
-from accel_model import lbdf, brr  # noqa: E402, F401, I001  (isort would reorder them)
+# isort: off
+# the builtin schemes register themselves, in this order (the CLI's and the dataset's order)
+from accel_model import lbdf
+from accel_model import brr
+# isort: on
 
 
 def make_cost_model(graph, accel: Accelerator) -> CostModel:
@@ -15,14 +18,16 @@ def make_cost_model(graph, accel: Accelerator) -> CostModel:
 
 
 __all__ = [
-    "Accelerator",
     "COST_MODELS",
+    "Accelerator",
     "CacheStats",
     "CostModel",
     "GroupCost",
+    "brr",
     "compulsory_traffic",
     "cost_model_class",
     "format_size",
+    "lbdf",
     "make_cost_model",
     "parse_size",
     "scheme_names",

@@ -27,23 +27,53 @@ disjoint, so shards of one model never overlap and the whole dataset is free of 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 import random
+import re
 import time
 import zipfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import cached_property
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from accel_model import Accelerator, make_cost_model, scheme_names, unfusable_nodes
+from data import zoo
+from data.features import (
+    BUFFER_COLUMN,
+    FEATURE_NAMES,
+    FEATURE_VERSION,
+    NUM_FEATURES,
+    group_features,
+    node_feature_table,
+    with_buffer,
+)
+from data.zoo import (
+    TRAIN_MODELS,
+    UNSEEN_MODELS,
+    ZOO_FORMAT_VERSION,
+    _dist_version,
+    cache_dir,
+    cache_file_name,
+    load_zoo_model,
+    model_source,
+    zoo_entry,
+)
 from fusionplan.ir.errors import ConfigError, FusionPlanError
+from fusionplan.ir.graph import bits
 from fusionplan.ir.io import write_atomic, write_text_atomic
+from fusionplan.ir.onnx_import import load_model
+from fusionplan.ir.partition import groups_from_cut_edges, make_sound
 
 FORMAT_NAME = "fusionplan-groups"
 FORMAT_VERSION = 1
@@ -85,7 +115,6 @@ def default_dataset_dir() -> Path:
     override = os.environ.get(DATASET_ENV)
     if override:
         return Path(override).expanduser()
-    from data.zoo import cache_dir
 
     return cache_dir().parent / "datasets" / f"groups-v{FORMAT_VERSION}"
 
@@ -179,8 +208,6 @@ class _ModelContext:
     """Per-process cache of what sampling one model needs (graph, features, cost models)."""
 
     def __init__(self, graph, buffers: Sequence[int], schemes: Sequence[str], b: int) -> None:
-        from accel_model import Accelerator, make_cost_model, unfusable_nodes
-        from data.features import node_feature_table
 
         self.graph = graph
         self.table = node_feature_table(graph)
@@ -214,9 +241,7 @@ def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
     file names, its source its absolute path). Raises ``ModelError`` for an unknown zoo
     name or a missing file, ``ConfigError`` for a bad size.
     """
-    import re
 
-    from data.zoo import cache_file_name, model_source, zoo_entry
 
     text = os.fspath(spec)
     if Path(text).is_file() or text.lower().endswith(".onnx"):
@@ -234,7 +259,6 @@ def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
 
 
 def _variant_file_name(name: str, size: int) -> str:
-    from data.zoo import ZOO_FORMAT_VERSION, _dist_version
 
     return (
         f"{name}-{size}x{size}-torch{_dist_version('torch')}"
@@ -247,9 +271,7 @@ def zoo_variant_path(name: str, size: int) -> Path:
     on first use exactly as the zoo exports its own (seeded, TorchScript exporter, external
     weights, atomic publication), under the zoo cache with the zoo's naming scheme. At the
     zoo's own size this is the zoo file itself."""
-    import dataclasses
 
-    from data import zoo
 
     entry = zoo.zoo_entry(name)
     if entry.input_shape[2:] == (size, size):
@@ -263,8 +285,6 @@ def zoo_variant_path(name: str, size: int) -> Path:
 
 
 def _load_graph(source: str, name: str):
-    from data.zoo import load_zoo_model
-    from fusionplan.ir.onnx_import import load_model
 
     if os.path.isabs(source):
         return load_model(source, name=name)
@@ -305,8 +325,6 @@ ops and by :func:`make_sound` (quotient cycles) or merge into one giant group.""
 
 def sample_groups(ctx: _ModelContext, spec: ShardSpec) -> tuple[list[int], dict[str, int]]:
     """The shard's groups (sorted bitmasks) and sampling statistics; deterministic in spec."""
-    from fusionplan.ir.graph import bits
-    from fusionplan.ir.partition import groups_from_cut_edges, make_sound
 
     rng = random.Random(spec.shard_seed)
     graph = ctx.graph
@@ -340,8 +358,6 @@ def sample_groups(ctx: _ModelContext, spec: ShardSpec) -> tuple[list[int], dict[
 
 def label_groups(ctx: _ModelContext, spec: ShardSpec, groups: Sequence[int]) -> dict[str, Any]:
     """The shard's arrays (see docs/dataset.md) for ``groups`` of the context's model."""
-    from data.features import group_features
-    from fusionplan.ir.graph import bits
 
     nb = len(spec.buffers)
     xs, eis, ids = [], [], []
@@ -484,8 +500,6 @@ def _run_parallel(
     an ``if __name__ == "__main__"`` guard) is an error here, never an endless respawn.
     Shards are submitted at most ``2 * processes`` at a time, largest models first.
     """
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     pending = list(todo)
     ctx = multiprocessing.get_context("spawn")
@@ -536,9 +550,6 @@ def plan_generation(
     Groups are split over the models of a role in proportion to their op counts, then over
     the size bins by :data:`BIN_SHARES` (bins above a model's op count get nothing).
     """
-    from accel_model import scheme_names
-    from data.zoo import TRAIN_MODELS, UNSEEN_MODELS
-    from data.features import BUFFER_COLUMN, FEATURE_VERSION, NUM_FEATURES
 
     assert BUFFER_COLUMN == NUM_FEATURES - 1, "shards drop the buffer column, the last one"
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -606,7 +617,6 @@ def plan_generation(
 
 
 def _versions() -> dict[str, str]:
-    from importlib import metadata
 
     out = {}
     for dist in ("fusionplan", "numpy", "onnx", "torch", "torch_geometric"):
@@ -618,7 +628,6 @@ def _versions() -> dict[str, str]:
 
 
 def _manifest(plan: GenerationPlan, entries: dict[str, dict], complete: bool, **extra) -> dict:
-    from data.features import FEATURE_NAMES
 
     shards = [entries[s.file] for s in plan.shards if s.file in entries]
     m: dict[str, Any] = {
@@ -863,7 +872,6 @@ class GroupDataset:
     def features(self, i: int, buffer_bytes: int) -> tuple[np.ndarray, np.ndarray]:
         """(x, edge_index) of group ``i`` exactly as
         ``with_buffer(group_features(...)[0], buffer_bytes)`` would give them."""
-        from data.features import with_buffer
 
         x, ei = self.group_arrays(i)
         full = np.concatenate([x, np.zeros((x.shape[0], 1), np.float32)], axis=1)

@@ -33,11 +33,16 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import onnx
+import platformdirs
+
 from fusionplan.ir.errors import ModelError
 from fusionplan.ir.io import write_atomic
+from fusionplan.ir.onnx_import import load_model
 
 if TYPE_CHECKING:
     from fusionplan.ir.graph import OpGraph
@@ -230,7 +235,6 @@ def cache_dir() -> Path:
     """
     root = os.environ.get(CACHE_ENV)
     if not root:
-        import platformdirs
 
         root = platformdirs.user_cache_dir("fusionplan")
     return Path(root).expanduser() / "zoo"
@@ -241,7 +245,6 @@ def _dist_version(dist: str) -> str:
 
     Read from package metadata so that computing a cache key does not import torch.
     """
-    from importlib import metadata
 
     try:
         version = metadata.version(dist)
@@ -310,7 +313,6 @@ def _export_proto(entry: ZooEntry) -> Any:
     data. The TorchScript exporter's deprecation and tracer warnings are silenced here
     only: they are about the exporter, not about anything the user can fix.
     """
-    import onnx
     import torch
 
     buffer = io.BytesIO()
@@ -362,7 +364,6 @@ def _save_external(proto: Any, final: Path, tmp: Path) -> None:
     visible ``.onnx`` always has its ``.data``. The ``.onnx`` records the weights file by
     its final base name, which is why it is staged under that name.
     """
-    import onnx
 
     data = data_path(final)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".staging", dir=tmp.parent))
@@ -384,7 +385,6 @@ def _save_external(proto: Any, final: Path, tmp: Path) -> None:
 # ----------------------------------------------------------------------------- loading
 def load_zoo_model(name: str) -> OpGraph:
     """Import zoo model ``name`` (exporting it to the cache first if needed)."""
-    from fusionplan.ir.onnx_import import load_model
 
     entry = zoo_entry(name)
     return load_model(zoo_path(entry.name), name=entry.name)
@@ -413,7 +413,6 @@ def resolve_model(spec: str | os.PathLike, **import_options: Any) -> OpGraph:
     ``import_options`` go to :func:`fusionplan.ir.onnx_import.load_model` (``input_shapes``,
     ``strict_ops``).
     """
-    from fusionplan.ir.onnx_import import load_model
 
     text = os.fspath(spec)
     path = model_source(text)

@@ -24,6 +24,7 @@ and breaks ties by (source, destination) so that rankings are deterministic.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -147,7 +148,6 @@ class torch_threads:
     """
 
     def __init__(self, threads: int | None = None) -> None:
-        import os
 
         self.threads = threads or int(os.environ.get(THREADS_ENV, "0") or 0) or 1
 

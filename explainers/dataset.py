@@ -37,7 +37,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
-from data.dataset import GroupDataset, load_dataset
+from data.dataset import GroupDataset, default_dataset_dir, load_dataset
+from fusionplan.ir.errors import ConfigError
 
 SPLITS = ("train", "val", "test", "unseen", "all")
 
@@ -60,7 +61,6 @@ class FusionGroupDataset(Dataset):
         split_seed: int = 0,
         transform: Callable[[Data], Data] | None = None,
     ) -> None:
-        from fusionplan.ir.errors import ConfigError
 
         self.groups_data = source if isinstance(source, GroupDataset) else load_dataset(source)
         gd = self.groups_data
@@ -145,6 +145,5 @@ def training_samples(
 ) -> FusionGroupDataset:
     """The ``split`` samples of ``scheme`` from ``dataset_dir`` (default
     :func:`data.dataset.default_dataset_dir`): what the parametric explainers train on."""
-    from data.dataset import default_dataset_dir
 
     return FusionGroupDataset(dataset_dir or default_dataset_dir(), scheme, split)

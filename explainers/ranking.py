@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from data.features import group_features, node_feature_table, with_buffer
 from explainers.base import INVALID, SupportsExplain
 from fusionplan.ir.graph import Group, bits
 
@@ -45,7 +46,6 @@ class ExplainerRanker:
     def __init__(
         self, cost_model: CostModel, explainer: SupportsExplain, name: str | None = None
     ) -> None:
-        from data.features import node_feature_table
 
         self.cost_model = cost_model
         self.graph = cost_model.graph
@@ -60,7 +60,6 @@ class ExplainerRanker:
         import torch
         from torch_geometric.data import Data
 
-        from data.features import group_features, with_buffer
 
         x, edge_index = group_features(self.graph, self.table, group)
         x = with_buffer(x, self.cost_model.beta)

@@ -28,6 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explainers.base import INVALID, predict_classes, seeded, torch_threads
+from explainers.checkpoints import save_checkpoint
+from explainers.dataset import training_samples
+from explainers.gin import gin_fingerprint, load_gin_model
+from explainers.pgexplainer import PGExplainerAlgorithm
+from explainers.rgexplainer import RGConfig, RGExplainerAlgorithm, embedding_dim
+from explainers.splitters import clear_cache
+from fusionplan.ir.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +57,6 @@ def _default_dataset(scheme: str, directory: Any = None) -> tuple[Sequence[Any],
     """The training split of the project's fusion-group dataset for ``scheme``
     (:func:`explainers.dataset.training_samples`; its loader names the command that
     generates the dataset when there is none)."""
-    from explainers.dataset import training_samples
 
     ds = training_samples(scheme, directory)
     sha = getattr(getattr(ds, "groups_data", None), "content_sha256", "")
@@ -70,10 +76,8 @@ def _prepare(
     ``max_samples`` invalid-predicted ones are found (or the dataset is exhausted), so a
     large dataset is not materialised whole.
     """
-    from fusionplan.ir.errors import ConfigError
 
     if model is None:
-        from explainers.splitters import load_gin_model
 
         model = load_gin_model(scheme)
     model.eval()
@@ -132,9 +136,6 @@ def train_pg(
 ) -> TrainedExplainer:
     """Train PyG's PGExplainer for ``epochs`` epochs and save ``pg-<scheme>.pt``
     (``coeffs`` override :data:`explainers.pgexplainer.DEFAULT_COEFFS`)."""
-    from explainers.checkpoints import save_checkpoint
-    from explainers.pgexplainer import PGExplainerAlgorithm
-    from explainers.splitters import gin_fingerprint
 
     start = time.perf_counter()
     with seeded(seed), torch_threads():
@@ -172,9 +173,6 @@ def train_rg(
 ) -> TrainedExplainer:
     """Pre-train (``pretrain_epochs``, imitation of a greedy classifier-guided oracle) and
     then train by REINFORCE (``epochs``) the RG-Explainer; save ``rg-<scheme>.pt``."""
-    from explainers.checkpoints import save_checkpoint
-    from explainers.rgexplainer import RGConfig, RGExplainerAlgorithm, embedding_dim
-    from explainers.splitters import gin_fingerprint
 
     start = time.perf_counter()
     config = config or RGConfig()
@@ -206,6 +204,5 @@ def train_rg(
 
 
 def _forget_cached() -> None:
-    from explainers.splitters import clear_cache
 
     clear_cache()

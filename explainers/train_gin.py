@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +45,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from explainers.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from data.dataset import default_dataset_dir, load_dataset
 from data.features import FEATURE_VERSION
-from explainers.gin import GINClassifier, GINConfig
-
-KIND = "gin"
+from explainers.checkpoints import (
+    save_checkpoint,
+)
+from explainers.gin import KIND, GINClassifier, GINConfig, attach_feature_clip
+from fusionplan.ir.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -196,8 +198,6 @@ def train_gin(
     ``history`` (per epoch: loss, train and validation accuracy) and the checkpoint path.
     Deterministic for a seed on one machine and thread count.
     """
-    from data.dataset import default_dataset_dir, load_dataset
-    from fusionplan.ir.errors import ConfigError
 
     dataset_dir = Path(dataset_dir) if dataset_dir is not None else default_dataset_dir()
 
@@ -312,40 +312,6 @@ def train_gin(
     return metrics
 
 
-class FeatureClip:
-    """Forward pre-hook clamping node features to the per-column range seen in training.
-
-    The GIN extrapolates wildly outside its training domain: DeepLabV3's dilated ASPP
-    convs have 25-73-row windows (the training networks' largest is 7) and drove the
-    summed logits of groups needing 5-20 MB to "valid" at 128 KB. Clipped, such a node
-    looks like the largest window the classifier knows; op kinds absent from training
-    (Resize, Pad, ...: one-hot columns that were always 0) are clipped to 0. On data within
-    the training range this is the identity. Picklable (no closures).
-    """
-
-    def __init__(self, low: Sequence[float], high: Sequence[float]) -> None:
-        self.low = torch.tensor(low, dtype=torch.float32)
-        self.high = torch.tensor(high, dtype=torch.float32)
-
-    def __call__(self, module, args, kwargs):
-        if args:
-            return (self.clip(args[0]), *args[1:]), kwargs
-        if "x" in kwargs:
-            return args, {**kwargs, "x": self.clip(kwargs["x"])}
-        return args, kwargs
-
-    def clip(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.minimum(torch.maximum(x, self.low.to(x)), self.high.to(x))
-
-
-def attach_feature_clip(model: GINClassifier, feature_range: dict[str, Sequence[float]]) -> None:
-    """Clamp ``model``'s input features to ``{"min": [...], "max": [...]}`` on every call
-    (see :class:`FeatureClip`); the clip is also kept as ``model.feature_clip``."""
-    clip = FeatureClip(feature_range["min"], feature_range["max"])
-    model.register_forward_pre_hook(clip, with_kwargs=True)
-    model.feature_clip = clip
-
-
 def feature_range(data, groups: np.ndarray) -> dict[str, list[float]]:
     """Per-column min and max of the model input over ``groups`` at every buffer size."""
     lengths = data.node_ptr[groups + 1] - data.node_ptr[groups]
@@ -376,36 +342,3 @@ def _versions() -> dict[str, str]:
     import torch_geometric
 
     return {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__}
-
-
-# ----------------------------------------------------------------------------- loading
-def load_gin(scheme: str, directory: str | os.PathLike | None = None) -> GINClassifier:
-    """The trained GIN for ``scheme`` (eval mode) from the shipped weights (or
-    ``FUSIONPLAN_WEIGHTS_DIR`` / ``directory``); :class:`CheckpointError` naming
-    ``fusionplan train gin --scheme <scheme>`` if missing or stale.
-
-    The model clamps its input features to the training range recorded with the weights
-    (:class:`FeatureClip`, a forward pre-hook; ``model.feature_clip``). Loading the
-    ``state_dict`` by hand skips that clamp.
-    """
-    from explainers.checkpoints import rebuild_command
-
-    scheme = scheme.lower()
-    state, entry = load_checkpoint(KIND, scheme, Path(directory) if directory else None)
-    fix = f"rebuild it with `{rebuild_command(KIND, scheme)}`"
-    if entry.get("feature_version") != FEATURE_VERSION:
-        raise CheckpointError(
-            f"GIN weights for '{scheme}' were trained on features v{entry.get('feature_version')}, "
-            f"this fusionplan computes v{FEATURE_VERSION}; {fix}"
-        )
-    config = GINConfig(**entry.get("gin_config", {}))
-    model = GINClassifier(config)
-    if entry.get("feature_range"):
-        attach_feature_clip(model, entry["feature_range"])
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        raise CheckpointError(
-            f"GIN weights for '{scheme}' do not fit the model ({exc}); {fix}"
-        ) from None
-    return model.eval()

@@ -1,57 +1,35 @@
 """fusionplan: layer-fusion planning for DNN accelerators.
 
-``import fusionplan as fp`` is cheap; the API below is imported on first use so that the IR
-stays importable on its own and ``fusionplan --help`` starts fast.
+``import fusionplan as fp`` is cheap: this facade names the public API and imports each
+piece on first use (PEP 562), so importing a lower layer such as ``fusionplan.ir`` never
+pulls in the front end, and ``fusionplan --help`` starts fast. The layers themselves are
+described in docs/design.md ("Layers").
 """
 
 from __future__ import annotations
 
-import sys
-import types
+import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from fusionplan.ir.version import VERSION as __version__
 
-_LAZY = {
+_PUBLIC = {
+    "plan": "fusionplan.app.api",
     "sweep": "fusionplan.app.api",
     "load": "fusionplan.app.api",
+    "PlanRequest": "fusionplan.app.pipeline",
     "load_model": "fusionplan.ir.onnx_import",
     "OpGraph": "fusionplan.ir.graph",
-    "Plan": "fusionplan.plan",
-    "PlanMetrics": "fusionplan.plan",
+    "Plan": "fusionplan.planning.plan",
+    "PlanMetrics": "fusionplan.planning.plan",
     "Accelerator": "accel_model.accelerator",
     "FusionPlanError": "fusionplan.ir.errors",
 }
 
-__all__ = [*sorted(_LAZY), "__version__", "plan"]
-
-
-class _Package(types.ModuleType):
-    """``fp.plan`` is the planning function, although ``fusionplan.plan`` is also a module.
-
-    Importing a submodule makes the import system set it as an attribute of the package,
-    which would replace the function by the module after the first call. This property
-    keeps the function and ignores that assignment; the module stays reachable through
-    ``from fusionplan.planning.plan import Plan`` (which reads ``sys.modules``).
-    """
-
-    @property
-    def plan(self) -> Any:
-        from fusionplan.app.api import plan
-
-        return plan
-
-    @plan.setter
-    def plan(self, _module: Any) -> None:
-        pass
-
-
-sys.modules[__name__].__class__ = _Package
+__all__ = [*sorted(_PUBLIC), "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'fusionplan' has no attribute '{name}'")

@@ -10,20 +10,24 @@ A new search is one module that registers its factory with ``SEARCHES.register(.
 one import line below (or, from outside the package, the registration line alone).
 """
 
+from fusionplan.planning.result import Candidate, ExactBound, SearchResult
 from search.base import SEARCHES, Search, make_search, search_names
-from search.problem import BudgetExhausted, Candidate, FusionProblem
-from search.result import Recorder, SearchResult
+from search.problem import BudgetExhausted, FusionProblem
+from search.result import Recorder
 
+# isort: off
 # the builtin searches register themselves, in this order (the CLI lists them so)
-from search.random_search import RandomSearch  # noqa: I001
+from search.random_search import RandomSearch
 from search.local_search import LocalSearch, LocalSearchConfig
 from search.nsga2 import NSGA2Config, NSGA2Search
 from search.exact import ExactConfig, ExactSearch
+# isort: on
 
 __all__ = [
     "SEARCHES",
     "BudgetExhausted",
     "Candidate",
+    "ExactBound",
     "ExactConfig",
     "ExactSearch",
     "FusionProblem",

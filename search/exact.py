@@ -90,8 +90,8 @@ chains of length L has about ``(L+1)^k``.
 Budget. The DP does not count its own enumeration as proposals: it proposes exactly one
 plan, its answer, through :meth:`FusionProblem.evaluate` (``problem.proposed`` goes up by 1,
 whatever the budget, which must leave >= 1 plan). The splitter never splits it (every
-group fits). ``SearchResult.extra`` holds ``optimal``, ``lower_bound_bytes``, ``gap``
-(relative gap of the returned plan to the bound), ``states`` (expanded), ``states_generated``
+group fits). ``SearchResult.exact`` (an :class:`ExactBound`) holds ``optimal``,
+``lower_bound_bytes``, ``gap`` (relative gap of the returned plan to the bound), ``states`` (expanded), ``states_generated``
 (pushed by A*), ``groups_enumerated`` (candidate sets visited and costed), ``transitions``,
 ``downsets`` (N), ``pruned_by_buffer`` (monotone pruning used), ``status`` and the config.
 Ties between optimal plans are broken deterministically (search order), not by MBU.
@@ -106,9 +106,10 @@ from typing import TYPE_CHECKING
 
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
-from search.base import Progress, build_config, check_start, SEARCHES
+from fusionplan.planning.result import ExactBound, SearchResult
+from search.base import SEARCHES, Progress, build_config, check_start
 from search.problem import FusionProblem
-from search.result import Recorder, SearchResult
+from search.result import Recorder
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
@@ -502,21 +503,18 @@ class ExactSearch:
             )
         rec.observe(cand)
         gap = (out.dram - out.lower_bound) / out.lower_bound if out.lower_bound else 0.0
-        return rec.result(
-            self.name,
-            seed,
+        bound = ExactBound(
             optimal=out.optimal,
-            status="optimal" if out.optimal else "time limit",
             lower_bound_bytes=out.lower_bound,
-            gap=round(gap, 6),
+            gap=gap,
             states=out.states,
             states_generated=out.states_generated,
             groups_enumerated=solver.groups_enumerated,
             transitions=solver.transitions,
             downsets=count,
             pruned_by_buffer=solver.prune,
-            search_config=asdict(cfg),
         )
+        return rec.result(self.name, seed, config=asdict(cfg), exact=bound)
 
 
 SEARCHES.register("exact", ExactSearch, help="proven optimum, A* over down-sets")

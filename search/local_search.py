@@ -21,10 +21,11 @@ import random
 from dataclasses import asdict, dataclass
 
 from fusionplan.ir.errors import ConfigError
-from search.base import Progress, build_config, check_start, SEARCHES
+from fusionplan.planning.result import Candidate, SearchResult
+from search.base import SEARCHES, Progress, build_config, check_start
 from search.operators import OneEditMutation, PlanView
-from search.problem import Candidate, FusionProblem
-from search.result import Recorder, SearchResult
+from search.problem import FusionProblem
+from search.result import Recorder
 
 SELECTIONS = ("tournament", "uniform")
 
@@ -121,7 +122,7 @@ class LocalSearch:
                 view = parent.view = PlanView(problem, parent.cand)
             offer(observe(problem.evaluate(mutation.do(view, rng))))
 
-        return rec.result(self.name, seed, search_config=asdict(cfg))
+        return rec.result(self.name, seed, config=asdict(cfg))
 
 
 SEARCHES.register("ls", LocalSearch, help="local search, top-10 one-edit mutations")

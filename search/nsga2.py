@@ -25,15 +25,20 @@ Seeded runs are deterministic: pymoo draws from ``np.random.default_rng(seed)`` 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from fusionplan.ir.errors import ConfigError
-from search.base import Progress, build_config, check_start, SEARCHES
+from fusionplan.planning.result import SearchResult
+from search.base import SEARCHES, Progress, build_config, check_start
+from search.nsga2_openbox import MISSING, run_openbox
 from search.operators import PlanRepair, RandomCutSampling
 from search.problem import FusionProblem
-from search.result import Recorder, SearchResult
+from search.result import Recorder
 
 BACKENDS = ("pymoo", "openbox")
 CROSSOVERS = ("two_point", "uniform")
@@ -88,7 +93,6 @@ class NSGA2Config:
 
 def _openbox_installed() -> bool:
     """Whether OpenBox can be imported, without importing it (that takes seconds)."""
-    import importlib.util
 
     try:
         return importlib.util.find_spec("openbox") is not None
@@ -111,7 +115,6 @@ class NSGA2Search:
     def __init__(self, config: NSGA2Config | None = None, **options: object) -> None:
         self.config = build_config(NSGA2Config, config, options, "nsga2")
         if self.config.backend == "openbox" and not _openbox_installed():
-            from search.nsga2_openbox import MISSING
 
             raise ConfigError(MISSING)
 
@@ -123,23 +126,21 @@ class NSGA2Search:
             ) -> SearchResult:  # fmt: skip
         check_start(problem)
         if self.config.backend == "openbox":
-            from search.nsga2_openbox import run_openbox
 
             return run_openbox(self.name, self.config, problem, seed, progress)
         rec = Recorder(problem, progress)
-        extra: dict[str, Any] = {"search_config": asdict(self.config)}
+        extra: dict[str, Any] = {}
         if not problem.edges:  # nothing to encode: every proposal is the same plan
             while problem.remaining > 0:
                 rec.observe(problem.evaluate_cuts([]))
         else:
             extra.update(_run_pymoo(self.config, problem, seed, rec))
-        return rec.result(self.name, seed, **extra)
+        return rec.result(self.name, seed, config=asdict(self.config), **extra)
 
 
 def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorder
                ) -> dict[str, Any]:  # fmt: skip
     """The ask/tell loop; returns counters for the result's ``extra``."""
-    import numpy as np
     from pymoo.algorithms.moo.nsga2 import NSGA2
     from pymoo.core.population import Population
     from pymoo.core.problem import Problem

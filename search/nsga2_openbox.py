@@ -30,9 +30,10 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from fusionplan.ir.errors import ConfigError
+from fusionplan.planning.result import SearchResult
 from search.operators import EdgeCodec
 from search.problem import FusionProblem
-from search.result import Recorder, SearchResult
+from search.result import Recorder
 
 if TYPE_CHECKING:
     from search.base import Progress
@@ -66,11 +67,11 @@ def run_openbox(name: str, cfg: NSGA2Config, problem: FusionProblem, seed: int,
                 progress: Progress | None = None) -> SearchResult:  # fmt: skip
     NSGAOptimizer, _, _ = _import_openbox()
     rec = Recorder(problem, progress)
-    extra: dict[str, Any] = {"search_config": asdict(cfg)}
+    extra: dict[str, Any] = {}
     if not problem.edges:  # Platypus cannot evolve zero variables: one plan, repeated
         while problem.remaining > 0:
             rec.observe(problem.evaluate_cuts([]))
-        return rec.result(name, seed, **extra)
+        return rec.result(name, seed, config=asdict(cfg), **extra)
 
     n_edges = len(problem.edges)
     order = [f"e{i}" for i in range(n_edges)]
@@ -111,4 +112,4 @@ def run_openbox(name: str, cfg: NSGA2Config, problem: FusionProblem, seed: int,
     # would only come from a future OpenBox change, so top up with whole-graph proposals
     while problem.remaining > 0:
         rec.observe(problem.evaluate(problem.whole_components()))
-    return rec.result(name, seed, **extra)
+    return rec.result(name, seed, config=asdict(cfg), **extra)

@@ -33,13 +33,17 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.ir.partition import cut_at
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from search.problem import Candidate, FusionProblem
+    from fusionplan.planning.result import Candidate
+    from search.problem import FusionProblem
 
 
 # ----------------------------------------------------------------------- group lists
@@ -138,7 +142,6 @@ class OneEditMutation:
     name = "one-edit"
 
     def __init__(self, names: tuple[str, ...] = ("move", "merge", "split")) -> None:
-        from fusionplan.ir.errors import ConfigError
 
         unknown = [n for n in names if n not in MUTATIONS]
         if unknown or not names:
@@ -214,7 +217,6 @@ class EdgeCodec:
 
     def encode(self, groups) -> np.ndarray:
         """Cut bits of a partition: an edge is cut iff its ends are in different groups."""
-        import numpy as np
 
         x = np.ones(len(self.edges), dtype=bool)
         uncut: list[int] = []
@@ -243,7 +245,6 @@ class PlanRepair:
         self._memo: dict[bytes, tuple[Any, tuple[Group, ...]]] = {}
 
     def _entry(self, x: np.ndarray) -> tuple[np.ndarray, tuple[Group, ...]]:
-        import numpy as np
 
         x = np.asarray(x, dtype=bool)
         key = x.tobytes()
@@ -260,7 +261,6 @@ class PlanRepair:
         return entry
 
     def do(self, X: np.ndarray) -> np.ndarray:
-        import numpy as np
 
         X = np.asarray(X, dtype=bool)
         out = np.empty_like(X)

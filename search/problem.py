@@ -11,29 +11,18 @@ from __future__ import annotations
 import numbers
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accel_model.bounds import unfusable_nodes
+from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits, lowest, weak_components
 from fusionplan.ir.partition import groups_from_cut_edges, make_sound
+from fusionplan.planning.plan import Plan
+from fusionplan.planning.result import Candidate, SearchResult
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
-    from fusionplan.planning.plan import Plan
     from fusionplan.planning.split import Splitter
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A valid partition of the whole graph and its objectives (bytes)."""
-
-    groups: tuple[Group, ...]  # sorted by lowest node; unfusable singletons included
-    dram: int
-    mbu: int
-
-    @property
-    def key(self) -> tuple[Group, ...]:
-        return self.groups
 
 
 class BudgetExhausted(Exception):
@@ -51,7 +40,6 @@ class FusionProblem:
     seen: dict[tuple[Group, ...], Candidate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from fusionplan.ir.errors import ConfigError
 
         budget = self.budget
         if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
@@ -142,7 +130,5 @@ class FusionProblem:
         """The coarsest proposal: each connected region of fusable nodes as one group."""
         return weak_components(self.graph, self.fusable)
 
-    def to_plan(self, candidate: Candidate, info: dict[str, Any] | None = None) -> Plan:
-        from fusionplan.planning.plan import Plan
-
-        return Plan(self.graph, self.cost_model, list(candidate.groups), info=info)
+    def to_plan(self, candidate: Candidate, result: SearchResult | None = None) -> Plan:
+        return Plan(self.graph, self.cost_model, list(candidate.groups), result=result)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 
-from search.base import Progress, SEARCHES
+from fusionplan.planning.result import SearchResult
+from search.base import SEARCHES, Progress
 from search.problem import FusionProblem
-from search.result import Recorder, SearchResult
+from search.result import Recorder
 
 
 class RandomSearch:

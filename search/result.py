@@ -1,56 +1,14 @@
-"""What every search returns, and the recorder that builds it as candidates arrive."""
+"""The recorder that builds a search's :class:`SearchResult` as candidates arrive."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from search.problem import Candidate, FusionProblem
-
-
-@dataclass
-class SearchResult:
-    """Best plan, Pareto front (DRAM vs MBU), trace and counters of one search run."""
-
-    algorithm: str
-    best: Candidate
-    pareto: list[Candidate]
-    trace: list[tuple[int, int]]  # (plans proposed, best DRAM bytes) at each improvement
-    proposed: int
-    budget: int
-    seed: int
-    wall_time_s: float
-    cost_queries: int
-    cost_hit_rate: float
-    split_calls: int
-    invalid_groups: int
-    rectify_rate: float
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def plans_per_second(self) -> float:
-        return self.proposed / self.wall_time_s if self.wall_time_s > 0 else float("inf")
-
-    def info(self) -> dict[str, Any]:
-        """Metadata stored with the plan (JSON-friendly)."""
-        return {
-            "search": self.algorithm,
-            "budget": self.budget,
-            "proposed": self.proposed,
-            "seed": self.seed,
-            "wall_time_s": round(self.wall_time_s, 3),
-            "plans_per_second": round(self.plans_per_second, 1),
-            "cost_queries": self.cost_queries,
-            "cost_cache_hit_rate": round(self.cost_hit_rate, 4),
-            "split_calls": self.split_calls,
-            "invalid_groups_split": self.invalid_groups,
-            "rectify_rate": round(self.rectify_rate, 4),
-            "trace": self.trace,
-            "pareto": [{"dram_bytes": c.dram, "mbu_bytes": c.mbu} for c in self.pareto],
-            **self.extra,
-        }
+from fusionplan.ir.errors import ConfigError
+from fusionplan.planning.result import Candidate, ExactBound, SearchResult
+from search.problem import FusionProblem
 
 
 class Recorder:
@@ -88,9 +46,16 @@ class Recorder:
         }
         self.front[cand.key] = cand
 
-    def result(self, algorithm: str, seed: int, **extra: Any) -> SearchResult:
+    def result(
+        self,
+        algorithm: str,
+        seed: int,
+        *,
+        config: dict[str, Any] | None = None,
+        exact: ExactBound | None = None,
+        **extra: Any,
+    ) -> SearchResult:
         if self.best is None:
-            from fusionplan.ir.errors import ConfigError
 
             raise ConfigError(
                 f"the search proposed no plan: budget {self.problem.budget}, "
@@ -115,5 +80,7 @@ class Recorder:
             split_calls=st.calls,
             invalid_groups=st.invalid_groups,
             rectify_rate=st.rectify_rate,
+            config=config or {},
+            exact=exact,
             extra=extra,
         )

@@ -44,8 +44,8 @@ pytest.importorskip("torch_geometric")
 from torch_geometric.data import Batch, Data  # noqa: E402
 
 from accel_model import Accelerator, make_cost_model  # noqa: E402
-from explainers.base import INVALID, Explainer, clear_explain_state, rank_edges  # noqa: E402
 from data.features import group_features, node_feature_table, with_buffer  # noqa: E402
+from explainers.base import INVALID, Explainer, clear_explain_state, rank_edges  # noqa: E402
 from explainers.gin import GINClassifier, GINConfig  # noqa: E402
 from explainers.gnnexplainer import GNNExplainerAlgorithm  # noqa: E402
 from explainers.pgexplainer import PGExplainerAlgorithm  # noqa: E402

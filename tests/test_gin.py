@@ -14,10 +14,10 @@ import torch
 from dataset_models import TINY_BUFFERS_KB, save_tiny
 
 from data import dataset as ds
+from data.features import FEATURE_NAMES, NUM_FEATURES
 from explainers import train_gin as tg
 from explainers.checkpoints import CheckpointError, load_checkpoint
 from explainers.dataset import FusionGroupDataset, training_samples
-from data.features import FEATURE_NAMES, NUM_FEATURES
 from explainers.gin import GINClassifier
 
 

@@ -7,9 +7,12 @@ plus small functions over it (networkx style); nothing imports a sibling package
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
+
+from fusionplan.ir.errors import GraphError
 
 Group = int
 """A set of node ids encoded as a bitmask (bit ``i`` set <=> node ``i`` in the group)."""
@@ -100,7 +103,6 @@ class OpGraph:
 
         Raises ``GraphError`` if the graph has a cycle or a tensor has no producer.
         """
-        from fusionplan.ir.errors import GraphError
 
         inputs, outputs = tuple(inputs), tuple(outputs)
         producer = {t: i for i, n in enumerate(nodes) for t in n.outputs}
@@ -306,7 +308,6 @@ def _preds_from_succs(succ: list[set[int]]) -> list[list[int]]:
 
 def _topological_order(n: int, preds: list[list[int]]) -> list[int] | None:
     """Kahn's algorithm, smallest index first among ready items; None on a cycle."""
-    import heapq
 
     indeg = [len(set(p)) for p in preds]
     succ: list[list[int]] = [[] for _ in range(n)]

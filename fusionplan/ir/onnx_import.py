@@ -14,6 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import onnx
+from onnx import numpy_helper
+
 from fusionplan.ir.errors import GraphError, ModelError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, _topological_order
 
@@ -91,7 +94,6 @@ def load_model(
     ``input_shapes`` fixes graph-input shapes (e.g. ``{"input": (1, 3, 224, 224)}``) for
     models exported with dynamic axes. ``strict_ops`` turns unknown ops into an error.
     """
-    import onnx
 
     path = Path(source)
     if not path.is_file():
@@ -120,7 +122,6 @@ def graph_from_proto(
     check_path: Path | None = None,
 ) -> OpGraph:
     """Import an in-memory ``onnx.ModelProto`` (see :func:`load_model`)."""
-    import onnx
 
     if input_shapes:
         _fix_input_shapes(model, input_shapes)
@@ -217,7 +218,6 @@ class _Importer:
     shapes: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
 
     def run(self) -> OpGraph:
-        from onnx import numpy_helper
 
         g = self.model.graph
         for init in g.initializer:
@@ -248,7 +248,6 @@ class _Importer:
 
     def _absorb_constant(self, node) -> bool:
         """Record outputs of constant and shape subgraphs; True if ``node`` is one of them."""
-        from onnx import numpy_helper
 
         ins = [t for t in node.input if t]
         if node.op_type == "Constant":

@@ -14,8 +14,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import onnx
+
+from accel_model.bounds import compulsory_traffic, unfusable_nodes
 from fusionplan.ir.errors import PlanError
 from fusionplan.ir.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
+from fusionplan.ir.io import write_atomic, write_text_atomic
+from fusionplan.ir.onnx_import import onnx_node_names
+from fusionplan.ir.version import VERSION
+from fusionplan.planning.result import SearchResult
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
@@ -57,14 +64,17 @@ class PlanMetrics:
 
 
 class Plan:
-    """Groups of one graph under one cost model, with search metadata in ``info``."""
+    """Groups of one graph under one cost model, with the :class:`SearchResult` that found
+    them (``None`` for a plan built by hand or read from a file)."""
 
     def __init__(
         self,
         graph: OpGraph,
         cost_model: CostModel,
         groups: list[Group] | tuple[Group, ...],
-        info: dict[str, Any] | None = None,
+        result: SearchResult | None = None,
+        *,
+        saved_info: dict[str, Any] | None = None,
     ) -> None:
         self.graph = graph
         self.cost_model = cost_model
@@ -72,12 +82,17 @@ class Plan:
         order = None if foreign else quotient_order(graph, list(groups))
         ordered = [groups[i] for i in order] if order is not None else sorted(groups, key=lowest)
         self.groups: tuple[Group, ...] = tuple(ordered)
-        self.info: dict[str, Any] = dict(info or {})
+        self.result = result
+        self._saved_info: dict[str, Any] = dict(saved_info or {})
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The search metadata as stored in the plan file's ``search`` field (JSON form)."""
+        return self.result.info() if self.result is not None else dict(self._saved_info)
 
     # -- checks -----------------------------------------------------------------------
     @cached_property
     def unfusable(self) -> Group:
-        from accel_model.bounds import unfusable_nodes
 
         return unfusable_nodes(self.cost_model)
 
@@ -130,7 +145,6 @@ class Plan:
     # -- metrics ----------------------------------------------------------------------
     @cached_property
     def metrics(self) -> PlanMetrics:
-        from accel_model.bounds import compulsory_traffic
 
         cm, unfusable = self.cost_model, self.unfusable
         fus = [cm.cost(grp) for grp in self.groups if not grp & unfusable]
@@ -150,7 +164,6 @@ class Plan:
 
     # -- serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        from fusionplan import __version__
 
         cm, names = self.cost_model, [n.name for n in self.graph.nodes]
         groups = []
@@ -169,7 +182,7 @@ class Plan:
         return {
             "format": PLAN_FORMAT,
             "version": PLAN_FORMAT_VERSION,
-            "fusionplan_version": __version__,
+            "fusionplan_version": VERSION,
             "model": {"name": self.graph.name, "ops": len(self.graph)},
             "accelerator": {
                 "buffer_bytes": accel.buffer_bytes,
@@ -185,7 +198,6 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     def save(self, path: str | Path) -> Path:
-        from fusionplan.ir.io import write_text_atomic
 
         return write_text_atomic(path, self.to_json() + "\n")
 
@@ -211,7 +223,7 @@ class Plan:
                     raise PlanError(f"plan names node '{name}', which model '{graph.name}' lacks")
                 mask |= 1 << index[name]
             groups.append(mask)
-        return Plan(graph, cost_model, groups, info=data.get("search") or {})
+        return Plan(graph, cost_model, groups, saved_info=data.get("search") or {})
 
     @staticmethod
     def from_json(graph: OpGraph, cost_model: CostModel, text: str) -> Plan:
@@ -249,10 +261,7 @@ class Plan:
         Tags go in node ``metadata_props`` (``fusionplan.group``, ``fusionplan.group_dram``)
         and in the doc string, which Netron shows. Folded and view ops carry no tag.
         """
-        import onnx
 
-        from fusionplan.ir.io import write_atomic
-        from fusionplan.ir.onnx_import import onnx_node_names
 
         model = onnx.load(str(src))
         group_of = self.group_of()

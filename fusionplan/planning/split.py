@@ -1,4 +1,4 @@
-"""Splitting invalid fusion groups into valid ones (DESIGN section 6).
+"""Splitting invalid fusion groups into valid ones (docs/design.md, "Splitting").
 
 One protocol, several small implementations:
 
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from fusionplan.ir.graph import Group, OpGraph, bits
 from fusionplan.ir.partition import cut_at
+from fusionplan.ir.registry import Registry
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
@@ -258,26 +259,23 @@ class CostModelRanker:
         return [edge for _, edge in ranked]
 
 
-@dataclass
-class SplitterRegistry:
-    """Splitter name -> factory(cost_model, seed). Explainer packages add their own."""
-
-    factories: dict[str, Callable[[CostModel, int], Splitter]] = field(default_factory=dict)
-
-    def register(self, name: str, factory: Callable[[CostModel, int], Splitter]) -> None:
-        self.factories[name] = factory
-
-    def names(self) -> list[str]:
-        return sorted(self.factories)
-
-    def make(self, name: str, cost_model: CostModel, seed: int = 0) -> Splitter:
-        from fusionplan.ir.errors import ConfigError
-
-        if name not in self.factories:
-            raise ConfigError(f"unknown splitter '{name}' (choose from {', '.join(self.names())})")
-        return self.factories[name](cost_model, seed)
+SplitterFactory = Callable[["CostModel", int], Splitter]
+SPLITTERS: Registry[SplitterFactory] = Registry("splitter")
+"""Splitter name -> ``factory(cost_model, seed)``. The explainers package adds gnne/pg/rg."""
 
 
-SPLITTERS = SplitterRegistry()
-SPLITTERS.register("random", lambda cm, seed: RandomSplitter(cm, seed))
-SPLITTERS.register("tree", lambda cm, seed: TreeSplitter(cm, CostModelRanker(cm), seed))
+def make_splitter(name: str, cost_model: CostModel, seed: int = 0) -> Splitter:
+    """A fresh splitter by registry name for ``cost_model``, seeded."""
+    return SPLITTERS.get(name)(cost_model, seed)
+
+
+SPLITTERS.register(
+    "random",
+    lambda cm, seed: RandomSplitter(cm, seed),
+    help="random topological cuts, the paper's baseline",
+)
+SPLITTERS.register(
+    "tree",
+    lambda cm, seed: TreeSplitter(cm, CostModelRanker(cm), seed),
+    help="Algorithm 1 guided by the cost model",
+)

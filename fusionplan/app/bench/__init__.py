@@ -16,7 +16,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fusionplan.app.bench import render
 from fusionplan.app.bench.experiments import BenchConfig, Run, planned_runs
+from fusionplan.app.bench.runner import ResultStore, run_all
+from fusionplan.app.bench.valid_share import valid_share
+from fusionplan.ir.io import write_text_atomic
 
 __all__ = ["BenchConfig", "Run", "planned_runs", "run_bench", "splice"]
 
@@ -56,10 +60,6 @@ def run_bench(
 ) -> Path:
     """Run (or resume) every selected experiment, write the figures next to ``report_path``
     (``img/``) and the markdown section into it; returns ``report_path``."""
-    from fusionplan.app.bench import render
-    from fusionplan.app.bench.runner import ResultStore, run_all
-    from fusionplan.app.bench.valid_share import valid_share
-    from fusionplan.ir.io import write_text_atomic
 
     started = time.perf_counter()
     runs = planned_runs(config)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from fusionplan.ir.errors import ConfigError
+
 SPLITTERS = ("random", "tree", "gnne", "pg", "rg")
 EXPERIMENTS = ("table2", "table3", "table4", "fig3", "fig5")
 
@@ -86,7 +88,6 @@ class BenchConfig:
         return cls(**settings)
 
     def check(self) -> None:
-        from fusionplan.ir.errors import ConfigError
 
         unknown = sorted(set(self.experiments) - set(EXPERIMENTS))
         if unknown:

@@ -22,6 +22,7 @@ from fusionplan.app.bench.experiments import (
 )
 from fusionplan.app.bench.paper import PAPER_DRAM_MB, PAPER_RECTIFY
 from fusionplan.app.bench.valid_share import ValidShare
+from fusionplan.ir.io import write_atomic
 
 Row = dict[str, Any]
 SEARCH_NAMES = {"rs": "RS", "ls": "LS", "nsga2": "NSGA-II", "exact": "exact"}
@@ -397,7 +398,6 @@ def _figure(rows: int, cols: int):
 
 
 def _save(plt, fig, path: Path) -> Path:
-    from fusionplan.ir.io import write_atomic
 
     fig.tight_layout()
     try:

@@ -8,13 +8,19 @@ an interruption loses at most the runs in flight.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import warnings
 from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from fusionplan.app.api import load
 from fusionplan.app.bench.experiments import Run
+from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.io import write_text_atomic
 
 MB = 2**20
@@ -60,7 +66,6 @@ _GRAPHS: dict[str, Any] = {}
 def _graph(model: str):
     graph = _GRAPHS.get(model)
     if graph is None:
-        from fusionplan.app.api import load
 
         graph = _GRAPHS[model] = load(model)
     return graph
@@ -68,17 +73,15 @@ def _graph(model: str):
 
 def execute(run: Run, exact_time_limit_s: float = 60.0) -> dict[str, Any]:
     """Run one search; its result as a JSON-friendly row (the plan is validated first)."""
-    from fusionplan.app.api import PlanRequest, plan_graph
-    from fusionplan.ir.errors import FusionPlanError
 
     options = {"time_limit_s": exact_time_limit_s} if run.search == "exact" else {}
     request = PlanRequest(
-        run.buffer,
-        run.scheme,
-        run.search,
-        run.splitter,
-        run.budget,
-        run.seed,
+        buffer=run.buffer,
+        scheme=run.scheme,
+        search=run.search,
+        splitter=run.splitter,
+        budget=run.budget,
+        seed=run.seed,
         search_options=options,
     )
     row: dict[str, Any] = {"key": run.key, **asdict(run)}
@@ -86,21 +89,23 @@ def execute(run: Run, exact_time_limit_s: float = 60.0) -> dict[str, Any]:
         plan = plan_graph(_graph(run.model), request)
     except FusionPlanError as exc:  # reported in the tables, never silently dropped
         return {**row, "error": str(exc)}
-    m, info = plan.metrics, plan.info
+    m, result = plan.metrics, plan.result
+    assert result is not None  # plan_graph always attaches its search result
     row.update(
         dram_mb=m.dram_mb,
         fusable_dram_mb=m.fusable_dram_mb,
         mbu_kb=m.mbu_kb,
         compulsory_mb=m.lower_bound_bytes / MB,
-        search_s=info["wall_time_s"],
-        rectify_rate=info["rectify_rate"],
-        invalid_groups=info["invalid_groups_split"],
-        explained_groups=info.get("explained_groups", 0),
-        explain_s=info.get("explain_seconds", 0.0),
-        trace=[(n, dram / MB) for n, dram in info["trace"]],
+        search_s=round(result.wall_time_s, 3),
+        rectify_rate=round(result.rectify_rate, 4),
+        invalid_groups=result.invalid_groups,
+        explained_groups=result.explained_groups,
+        explain_s=round(result.explain_seconds, 3),
+        trace=[(n, dram / MB) for n, dram in result.trace],
     )
-    if run.search == "exact":
-        row.update(optimal=info["optimal"], lower_bound_mb=info["lower_bound_bytes"] / MB)
+    if result.exact is not None:
+        bound = result.exact
+        row.update(optimal=bound.optimal, lower_bound_mb=bound.lower_bound_bytes / MB)
     return row
 
 
@@ -113,7 +118,6 @@ def _estimated_cost(run: Run, ops: dict[str, int]) -> float:
 
 def _child_init() -> None:
     """Worker set-up: one torch thread per process, and the CLI's warning filter."""
-    import warnings
 
     os.environ.setdefault("FUSIONPLAN_TORCH_THREADS", "1")
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
@@ -143,8 +147,6 @@ def run_all(
             if progress:
                 progress(done, total)
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         context = multiprocessing.get_context("spawn")  # no fork after torch/OpenMP start
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_child_init) as pool:

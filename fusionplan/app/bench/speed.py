@@ -1,7 +1,7 @@
 """Measurements behind ``docs/results.md``: search throughput and zoo export/import time.
 
-Entry-level module (like :mod:`fusionplan.app.api`): it composes the zoo, the cost models and
-the searches, and returns rows; the CLI prints them.
+It assembles runs with :func:`fusionplan.app.pipeline.assemble` and returns rows; the CLI
+prints them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fusionplan.app.api import PlanRequest, load, make_splitter
+from data.zoo import data_path, zoo_entry, zoo_path
+from fusionplan.app.api import load
+from fusionplan.app.pipeline import PlanRequest, assemble
+from fusionplan.ir.onnx_import import load_model
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,6 @@ class SpeedRow:
 
 def search_speed(models: Sequence[str], request: PlanRequest, repeats: int = 3) -> list[SpeedRow]:
     """Plans per second of one search per model: a fresh problem (cold caches) per run."""
-    from accel_model import make_cost_model
-    from search import FusionProblem, make_search
 
     request.check()
     rows = []
@@ -37,13 +38,8 @@ def search_speed(models: Sequence[str], request: PlanRequest, repeats: int = 3) 
         graph = load(spec)
         rates, best = [], 0.0
         for _ in range(repeats):
-            cm = make_cost_model(graph, request.accelerator())
-            problem = FusionProblem(
-                cm, make_splitter(request.splitter, cm, request.seed), request.budget
-            )
-            result = make_search(request.search, **dict(request.search_options)).run(
-                problem, request.seed
-            )
+            run = assemble(graph, request)
+            result = run.search.run(run.problem, request.seed)
             rates.append(result.plans_per_second)
             best = result.best.dram / 2**20
         rows.append(
@@ -72,8 +68,6 @@ def zoo_times(models: Sequence[str]) -> list[ZooTimeRow]:
     """Export (into an empty temporary cache) and import time of each zoo model."""
     import torch  # noqa: F401  (import cost excluded from the export time)
 
-    from data.zoo import data_path, zoo_entry, zoo_path
-    from fusionplan.ir.onnx_import import load_model
 
     rows = []
     old = os.environ.get("FUSIONPLAN_CACHE_DIR")

@@ -12,6 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from data.dataset import generate_dataset, load_dataset
+
 
 @dataclass(frozen=True)
 class ValidShare:
@@ -24,9 +28,7 @@ class ValidShare:
 
 def dataset_valid_share(path: str | os.PathLike) -> list[ValidShare]:
     """Valid share per model, scheme and buffer of the dataset at ``path``."""
-    import numpy as np
 
-    from data.dataset import load_dataset
 
     ds = load_dataset(path)
     kb = tuple(int(b) // 1024 for b in ds.buffers)
@@ -53,7 +55,6 @@ def valid_share(
 ) -> list[ValidShare]:
     """Generate (or resume) a dataset of ``groups`` groups over ``models`` in ``directory``
     and return its valid shares."""
-    from data.dataset import generate_dataset
 
     generate_dataset(
         Path(directory),

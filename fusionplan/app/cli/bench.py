@@ -1,0 +1,153 @@
+"""``fusionplan bench``: the paper's tables and figures, and speed measurements."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from data.zoo import zoo_names
+from fusionplan.app.bench import BenchConfig, run_bench
+from fusionplan.app.bench.speed import search_speed, zoo_times
+from fusionplan.app.cli.common import print_table, progress_bar, scheme_option
+from fusionplan.app.pipeline import PlanRequest
+from fusionplan.ir.errors import ConfigError
+from fusionplan.planning.split import SPLITTERS
+
+
+def _names(value: str | None) -> tuple[str, ...] | None:
+    return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
+
+
+@click.group("bench", invoke_without_command=True)
+@click.option("--quick", is_flag=True, help="CI-sized: few models, tiny budgets, one seed.")
+@click.option("--only", help="Comma list of table2,table3,table4,fig3,fig5 (default: all).")
+@click.option("--seeds", type=int, help="Seeds per cell (default 3; quick 1).")
+@click.option("--budget-large", type=int, help="Table II plans (default 5000).")
+@click.option("--budget-small", type=int, help="Tables III-V plans (default 2000).")
+@click.option("--budget-fig5", type=int, help="Figure 5's largest budget (default 4000).")
+@click.option("--splitters", help="Comma list (default random,tree,gnne,pg,rg).")
+@click.option(
+    "--jobs",
+    "-j",
+    type=int,
+    default=os.cpu_count() or 1,
+    show_default=True,
+    help="Parallel processes.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="bench-out",
+    show_default=True,
+    help="Finished runs (runs.jsonl); rerunning resumes.",
+)
+@click.option(
+    "--report",
+    "report",
+    type=click.Path(dir_okay=False),
+    help="Markdown file for the tables (default OUT/report.md); an existing file "
+    "keeps its text and gets the generated section replaced; PNGs go to its img/.",
+)
+@click.option("-q", "--quiet", is_flag=True)
+@click.pass_context
+def bench_group(
+    ctx,
+    quick,
+    only,
+    seeds,
+    budget_large,
+    budget_small,
+    budget_fig5,
+    splitters,
+    jobs,
+    out_dir,
+    report,
+    quiet,
+) -> None:
+    """Reproduce the paper's Tables II-V and Figures 3 and 5 (with no subcommand), next to
+    the paper's figures and the exact optimum; or a measurement subcommand below."""
+    if ctx.invoked_subcommand is not None:
+        return
+
+    overrides = {
+        k: v
+        for k, v in dict(
+            experiments=_names(only),
+            seeds=seeds,
+            large_budget=budget_large,
+            small_budget=budget_small,
+            fig5_budget=budget_fig5,
+            splitters=_names(splitters),
+        ).items()
+        if v is not None
+    }
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    for name in overrides.get("splitters", ()):
+        SPLITTERS.check(name)
+    config = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
+    config.check()
+    report_path = Path(report) if report else Path(out_dir) / "report.md"
+    command = (
+        "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "fusionplan bench"
+    )
+    with progress_bar("bench runs", enabled=not quiet) as progress:
+        path = run_bench(
+            config, out_dir, report_path, jobs=jobs, command=command, progress=progress
+        )
+    click.echo(f"wrote {path}")
+
+
+@bench_group.command("speed")
+@click.argument("models", nargs=-1, required=True)
+@click.option("--buffer", default="256KB", show_default=True)
+@scheme_option(default="lbdf", show_default=True)
+@click.option("--search", "search_name", default="ls", show_default=True)
+@click.option("--splitter", default="tree", show_default=True)
+@click.option("--budget", type=int, default=2000, show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def bench_speed(models, buffer, scheme, search_name, splitter, budget, repeats, seed) -> None:
+    """Plans per second of a search on MODELS (median of --repeats cold runs)."""
+    request = PlanRequest(
+        buffer=buffer,
+        scheme=scheme,
+        search=search_name,
+        splitter=splitter,
+        budget=budget,
+        seed=seed,
+    )
+    rows = search_speed(models, request, repeats)
+    print_table(
+        ["model", "search", "splitter", "plans/s (median)", "runs", "best DRAM MB"],
+        [
+            [
+                r.model,
+                r.search,
+                r.splitter,
+                f"{r.plans_per_second:.0f}",
+                " ".join(f"{x:.0f}" for x in r.runs),
+                f"{r.best_dram_mb:.3f}",
+            ]
+            for r in rows
+        ],
+        title=f"{buffer} {scheme.upper()}, budget {budget}",
+    )
+
+
+@bench_group.command("zoo")
+@click.argument("models", nargs=-1)
+def bench_zoo(models) -> None:
+    """Export (into an empty temporary cache) and import time per zoo model (default: all)."""
+    rows = zoo_times(models or zoo_names())
+    print_table(
+        ["model", "export s", "import s", "ops", "weights MB"],
+        [
+            [r.model, f"{r.export_s:.2f}", f"{r.import_s:.3f}", r.ops, f"{r.weights_mb:.1f}"]
+            for r in rows
+        ],
+    )

@@ -1,0 +1,206 @@
+"""What every command group shares: console output, progress bars, tables, registry-backed
+choices and the planning options of ``plan`` and ``sweep``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from accel_model import COST_MODELS
+from fusionplan.app.api import load
+from fusionplan.app.pipeline import PlanRequest
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.registry import Registry
+from fusionplan.planning.split import SPLITTERS
+from search import SEARCHES
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False)
+
+
+def print_table(headers: list[str], rows: list[list], title: str | None = None) -> None:
+    table = Table(*headers, title=title)
+    for row in rows:
+        table.add_row(*(str(c) for c in row))
+    console().print(table)
+
+
+@contextmanager
+def progress_bar(
+    label: str, total: int | None = None, enabled: bool = True
+) -> Iterator[Callable[..., None]]:
+    """A transient rich progress bar on stderr; yields ``update(done, total=None)``."""
+    with Progress(
+        "{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console(stderr=True),
+        transient=True,
+        disable=not enabled,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+
+        def update(done: int, new_total: int | None = None) -> None:
+            bar.update(task, completed=done, **({"total": new_total} if new_total else {}))
+
+        yield update
+
+
+class RegistryChoice(click.ParamType):
+    """A choice among a registry's names, read when the command runs (so plug-ins
+    registered after import are accepted), case-insensitive."""
+
+    def __init__(self, registry: Registry[Any]) -> None:
+        self.registry = registry
+        self.name = registry.kind
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(self.registry.names()) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
+        text = str(value)
+        for name in self.registry.names():
+            if name.lower() == text.lower():
+                return name
+        self.fail(f"{text!r} is not one of {', '.join(self.registry.names())}", param, ctx)
+
+
+def scheme_option(**kwargs: Any):
+    return click.option(
+        "--scheme", type=RegistryChoice(COST_MODELS), help="Fusion scheme (cost model).", **kwargs
+    )
+
+
+def parse_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """``NAME=1x3x224x224`` items -> {name: shape}; a ConfigError for a malformed one."""
+    shapes = {}
+    for item in values:
+        name, sep, dims = item.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or min(shape) <= 0:
+            raise ConfigError(f"--input-shape {item!r} is not NAME=1x3x224x224")
+        shapes[name] = shape
+    return shapes
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The planning options shared by `plan` and `sweep`, gathered by :func:`plan_options`."""
+
+    scheme: str
+    search: str
+    nsga2_backend: str
+    splitter: str
+    budget: int
+    seed: int
+    bytes_per_element: int
+    input_shape: tuple[str, ...]
+    strict_ops: bool
+    quiet: bool
+    time_limit: float
+
+    def search_options(self) -> dict[str, Any]:
+        """Options of the chosen search that the command line exposes."""
+        if self.search == "nsga2" and self.nsga2_backend != "pymoo":
+            return {"backend": self.nsga2_backend}
+        if self.search == "exact":
+            return {"time_limit_s": self.time_limit}
+        return {}
+
+    def request(self, buffer: str) -> PlanRequest:
+        """A checked :class:`PlanRequest` for one buffer size (fails before any model load)."""
+        return PlanRequest(
+            buffer=buffer,
+            scheme=self.scheme,
+            search=self.search,
+            splitter=self.splitter,
+            budget=self.budget,
+            seed=self.seed,
+            bytes_per_element=self.bytes_per_element,
+            search_options=self.search_options(),
+        ).check()
+
+    def load(self, model: str) -> OpGraph:
+        return load(model, input_shapes=parse_shapes(self.input_shape), strict_ops=self.strict_ops)
+
+
+def _registry_help(what: str, registry: Registry[Any]) -> str:
+    return f"{what}: {registry.describe()}."
+
+
+_PLAN_OPTIONS = [
+    scheme_option(default="lbdf", show_default=True),
+    click.option(
+        "--search",
+        type=RegistryChoice(SEARCHES),
+        default="ls",
+        show_default=True,
+        help=_registry_help("Search algorithm", SEARCHES),
+    ),
+    click.option(
+        "--nsga2-backend",
+        type=click.Choice(["pymoo", "openbox"]),
+        default="pymoo",
+        show_default=True,
+        help="NSGA-II implementation.",
+    ),
+    click.option(
+        "--splitter",
+        type=RegistryChoice(SPLITTERS),
+        default="tree",
+        show_default=True,
+        help=_registry_help("How invalid groups are split", SPLITTERS),
+    ),
+    click.option(
+        "--budget",
+        type=int,
+        default=2000,
+        show_default=True,
+        help="Partition plans proposed by the search.",
+    ),
+    click.option("--seed", type=int, default=0, show_default=True),
+    click.option("--bytes-per-element", type=int, default=1, show_default=True),
+    click.option(
+        "--input-shape",
+        multiple=True,
+        metavar="NAME=1x3xHxW",
+        help="Fix a dynamic graph-input shape (repeatable).",
+    ),
+    click.option("--strict-ops", is_flag=True, help="Fail on ops the importer does not know."),
+    click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+    click.option(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        show_default=True,
+        help="Seconds the exact search may run before returning its best plan and a lower bound.",
+    ),
+]
+
+
+def plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the shared planning options; the command receives them as ``opts``."""
+    fields = PlanOptions.__dataclass_fields__
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> Any:
+        opts = PlanOptions(**{name: kwargs.pop(name) for name in fields})
+        return fn(opts=opts, **kwargs)
+
+    for option in reversed(_PLAN_OPTIONS):
+        command = option(command)
+    return command

@@ -1,0 +1,121 @@
+"""``fusionplan train gin|pg|rg``: the GIN classifier and the trainable explainers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from data.dataset import default_dataset_dir
+from explainers import EXPLAINERS
+from explainers.train_gin import train_gin
+from fusionplan.app.cli.common import print_table, progress_bar, scheme_option
+from fusionplan.ir.errors import ConfigError
+
+
+@click.group("train")
+def train_group() -> None:
+    """Train the GIN classifier and the parametric explainers; weights go to the shipped
+    location unless --out is given (then set FUSIONPLAN_WEIGHTS_DIR to use them)."""
+
+
+_SCHEME = scheme_option(required=True)
+_SEED = click.option("--seed", type=int, default=0, show_default=True)
+_OUT = click.option("--out", type=click.Path(file_okay=False), help="Weights directory.")
+
+
+@train_group.command("gin")
+@_SCHEME
+@click.option("--dataset", type=click.Path(file_okay=False), help="Dataset directory.")
+@click.option("--epochs", type=int, default=50, show_default=True)
+@_SEED
+@_OUT
+@click.option("--quiet", "-q", is_flag=True)
+def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
+    """Train the GIN validity classifier of one scheme (80/10/10 split by group)."""
+    with progress_bar(f"GIN {scheme} epochs", enabled=not quiet) as progress:
+        metrics = train_gin(
+            dataset or default_dataset_dir(),
+            scheme,
+            epochs=epochs,
+            seed=seed,
+            progress=progress,
+            out_dir=out,
+        )
+    rows = []
+    for split in ("test", "unseen"):
+        m = metrics[split]
+        rows.append([split, f"{m['accuracy']:.4f}", f"{m['f1']:.4f}", str(m["confusion"])])
+    print_table(
+        ["split", "accuracy", "F1 (valid)", "confusion [[TN, FP], [FN, TP]]"],
+        rows,
+        title=f"GIN {scheme.upper()}",
+    )
+
+
+_DATASET = click.option(
+    "--dataset",
+    type=click.Path(file_okay=False),
+    help="Dataset directory (default: the fusionplan cache).",
+)
+
+
+def _max_samples(default: int):
+    return click.option(
+        "--max-samples",
+        type=int,
+        default=default,
+        show_default=True,
+        help="GIN-predicted-invalid training samples used.",
+    )
+
+
+@train_group.command("pg")
+@_SCHEME
+@_DATASET
+@click.option("--epochs", type=int, default=25, show_default=True)
+@_max_samples(2000)
+@_SEED
+@_OUT
+@click.option("--quiet", "-q", is_flag=True)
+def train_pg_cmd(scheme, dataset, epochs, max_samples, seed, out, quiet) -> None:
+    """Train PGExplainer against the scheme's GIN (train the GIN first)."""
+    _train_explainer(
+        "pg", scheme, dataset, out, quiet, epochs=epochs, seed=seed, max_samples=max_samples
+    )
+
+
+@train_group.command("rg")
+@_SCHEME
+@_DATASET
+@click.option("--pretrain-epochs", type=int, default=10, show_default=True)
+@click.option("--epochs", type=int, default=10, show_default=True)
+@_max_samples(1000)
+@_SEED
+@_OUT
+@click.option("--quiet", "-q", is_flag=True)
+def train_rg_cmd(scheme, dataset, pretrain_epochs, epochs, max_samples, seed, out, quiet) -> None:
+    """Train RG-Explainer (pre-training, then REINFORCE) against the scheme's GIN."""
+    _train_explainer(
+        "rg",
+        scheme,
+        dataset,
+        out,
+        quiet,
+        pretrain_epochs=pretrain_epochs,
+        epochs=epochs,
+        seed=seed,
+        max_samples=max_samples,
+    )
+
+
+def _train_explainer(kind: str, scheme: str, dataset, out, quiet: bool, **options) -> None:
+    """Train a registered explainer with a progress bar and report the checkpoint written."""
+    train = EXPLAINERS.get(kind).train
+    if train is None:
+        raise ConfigError(f"explainer '{kind}' has nothing to train")
+    with progress_bar(f"{kind.upper()} {scheme} epochs", enabled=not quiet) as progress:
+        result = train(
+            scheme, dataset, progress=progress, directory=Path(out) if out else None, **options
+        )
+    click.echo(f"wrote {result.path} ({result.meta.get('train_seconds', 0):.0f} s)")

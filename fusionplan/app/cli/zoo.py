@@ -1,0 +1,41 @@
+"""``fusionplan zoo list|export``: the built-in torchvision models."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from data.zoo import export_model, list_zoo
+from fusionplan.app.cli.common import print_table
+
+
+@click.group("zoo")
+def zoo_group() -> None:
+    """The built-in model zoo (torchvision architectures exported to ONNX, no weights)."""
+
+@zoo_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def zoo_list(as_json: bool) -> None:
+    """List zoo models, their input sizes and whether they are cached."""
+
+    rows = list_zoo()
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in rows], indent=2))
+        return
+    print_table(
+        ["name", "input", "role", "cached", "description"],
+        [[r.name, r.input_size, r.role, "yes" if r.cached else "", r.description] for r in rows],
+    )
+
+
+@zoo_group.command("export")
+@click.argument("name")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True)
+@click.option("--single-file", is_flag=True, help="Embed weights instead of FILE.data beside it.")
+def zoo_export(name: str, output: str, single_file: bool) -> None:
+    """Export zoo model NAME to an ONNX file."""
+    path = export_model(name, Path(output), external_data=not single_file)
+    click.echo(f"wrote {path}")

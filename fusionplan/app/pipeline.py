@@ -1,0 +1,87 @@
+"""The one place that assembles a planning run: cost model -> splitter -> problem -> search.
+
+The API, the CLI, the bench and the speed measurements all go through :func:`assemble`, so
+a plug-in registered in any registry (docs/design.md, "Plug points") is usable everywhere
+at once. Importing :mod:`explainers` here registers the explainer splitters (lazily: torch
+loads only when one is used).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import explainers  # noqa: F401  (registers the gnne / pg / rg splitters)
+from accel_model import Accelerator, CostModel, make_cost_model
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import OpGraph
+from fusionplan.planning.plan import Plan
+from fusionplan.planning.split import SPLITTERS, Splitter, make_splitter
+from search import SEARCHES, FusionProblem, Search, make_search
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """Everything that determines a planning run besides the model (one sweep point)."""
+
+    buffer: str | int = "256KB"
+    scheme: str = "lbdf"
+    search: str = "ls"
+    splitter: str = "tree"
+    budget: int = 2000
+    seed: int = 0
+    bytes_per_element: int = 1
+    search_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def accelerator(self) -> Accelerator:
+        return Accelerator.of(self.buffer, self.scheme, self.bytes_per_element)
+
+    def check(self) -> PlanRequest:
+        """Reject bad settings before a possibly slow model load or export."""
+        self.accelerator()
+        if self.budget < 1:
+            raise ConfigError(f"budget must be at least 1 plan, got {self.budget}")
+        SEARCHES.check(self.search)
+        SPLITTERS.check(self.splitter)
+        return self
+
+
+@dataclass
+class Pipeline:
+    """The assembled pieces of one run; :meth:`run` searches and returns the validated plan."""
+
+    request: PlanRequest
+    graph: OpGraph
+    cost_model: CostModel
+    splitter: Splitter
+    problem: FusionProblem
+    search: Search
+
+    def run(self, progress: Callable[[int], None] | None = None) -> Plan:
+        request = self.request
+        result = self.search.run(self.problem, request.seed, progress)
+        result.model = self.graph.name
+        result.splitter = request.splitter
+        ranker_stats = getattr(getattr(self.splitter, "ranker", None), "stats", None)
+        if ranker_stats is not None:  # explainer rankers: how many groups, how long
+            result.explained_groups = ranker_stats.explained
+            result.explain_seconds = ranker_stats.explain_seconds
+        return self.problem.to_plan(result.best, result).validate()
+
+
+def assemble(graph: OpGraph, request: PlanRequest) -> Pipeline:
+    """Build a fresh cost model, splitter, problem and search for ``request`` on ``graph``."""
+    request.check()
+    cost_model = make_cost_model(graph, request.accelerator())
+    splitter = make_splitter(request.splitter, cost_model, request.seed)
+    search = make_search(request.search, **dict(request.search_options))
+    problem = FusionProblem(cost_model, splitter, request.budget)
+    return Pipeline(request, graph, cost_model, splitter, problem, search)
+
+
+def plan_graph(
+    graph: OpGraph, request: PlanRequest, progress: Callable[[int], None] | None = None
+) -> Plan:
+    """Run one search on ``graph`` and return its best plan, validated."""
+    return assemble(graph, request).run(progress)

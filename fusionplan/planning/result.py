@@ -1,0 +1,118 @@
+"""What a search returns, typed end to end: it travels on the :class:`Plan` it produced.
+
+It sits here, below the searches, so that :class:`~fusionplan.planning.plan.Plan` can carry
+it and the CLI, the bench and reports read its fields instead of string keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fusionplan.ir.graph import Group
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid partition of the whole graph and its objectives (bytes)."""
+
+    groups: tuple[Group, ...]  # sorted by lowest node; unfusable singletons included
+    dram: int
+    mbu: int
+
+    @property
+    def key(self) -> tuple[Group, ...]:
+        return self.groups
+
+
+@dataclass(frozen=True)
+class ExactBound:
+    """What the exact search proved: the optimum, or a lower bound when time ran out."""
+
+    optimal: bool
+    lower_bound_bytes: int
+    gap: float  # (plan DRAM - lower bound) / lower bound
+    states: int
+    states_generated: int
+    groups_enumerated: int
+    transitions: int
+    downsets: int
+    pruned_by_buffer: bool
+
+    @property
+    def status(self) -> str:
+        return "optimal" if self.optimal else "time limit"
+
+
+@dataclass
+class SearchResult:
+    """Best plan, Pareto front (DRAM vs MBU), trace and counters of one search run."""
+
+    algorithm: str
+    best: Candidate
+    pareto: list[Candidate]
+    trace: list[tuple[int, int]]  # (plans proposed, best DRAM bytes) at each improvement
+    proposed: int
+    budget: int
+    seed: int
+    wall_time_s: float
+    cost_queries: int
+    cost_hit_rate: float
+    split_calls: int
+    invalid_groups: int
+    rectify_rate: float
+    config: dict[str, Any] = field(default_factory=dict)  # the search's settings
+    exact: ExactBound | None = None  # set by the exact search
+    splitter: str = ""  # set by the pipeline that assembled the search
+    model: str = ""
+    explained_groups: int = 0  # explainer splitters: groups explained, and how long it took
+    explain_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)  # search-specific counters
+
+    @property
+    def plans_per_second(self) -> float:
+        return self.proposed / self.wall_time_s if self.wall_time_s > 0 else float("inf")
+
+    def info(self) -> dict[str, Any]:
+        """The JSON form stored with a plan (``search`` in the plan file)."""
+        out: dict[str, Any] = {"model": self.model, "splitter": self.splitter} if (
+            self.model or self.splitter
+        ) else {}
+        out.update(
+            {
+                "search": self.algorithm,
+                "budget": self.budget,
+                "proposed": self.proposed,
+                "seed": self.seed,
+                "wall_time_s": round(self.wall_time_s, 3),
+                "plans_per_second": round(self.plans_per_second, 1),
+                "cost_queries": self.cost_queries,
+                "cost_cache_hit_rate": round(self.cost_hit_rate, 4),
+                "split_calls": self.split_calls,
+                "invalid_groups_split": self.invalid_groups,
+                "rectify_rate": round(self.rectify_rate, 4),
+                "trace": self.trace,
+                "pareto": [{"dram_bytes": c.dram, "mbu_bytes": c.mbu} for c in self.pareto],
+            }
+        )
+        if self.explained_groups:
+            out["explained_groups"] = self.explained_groups
+            out["explain_seconds"] = round(self.explain_seconds, 3)
+        if self.exact is not None:
+            e = self.exact
+            out.update(
+                optimal=e.optimal,
+                status=e.status,
+                lower_bound_bytes=e.lower_bound_bytes,
+                gap=round(e.gap, 6),
+                states=e.states,
+                states_generated=e.states_generated,
+                groups_enumerated=e.groups_enumerated,
+                transitions=e.transitions,
+                downsets=e.downsets,
+                pruned_by_buffer=e.pruned_by_buffer,
+            )
+        if self.config:
+            out["search_config"] = self.config
+        out.update(self.extra)
+        return out
