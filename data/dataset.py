@@ -208,7 +208,6 @@ class _ModelContext:
     """Per-process cache of what sampling one model needs (graph, features, cost models)."""
 
     def __init__(self, graph, buffers: Sequence[int], schemes: Sequence[str], b: int) -> None:
-
         self.graph = graph
         self.table = node_feature_table(graph)
         self.models = {
@@ -242,7 +241,6 @@ def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
     name or a missing file, ``ConfigError`` for a bad size.
     """
 
-
     text = os.fspath(spec)
     if Path(text).is_file() or text.lower().endswith(".onnx"):
         path = model_source(text)  # a clear error for a missing file
@@ -259,7 +257,6 @@ def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
 
 
 def _variant_file_name(name: str, size: int) -> str:
-
     return (
         f"{name}-{size}x{size}-torch{_dist_version('torch')}"
         f"-tv{_dist_version('torchvision')}-v{ZOO_FORMAT_VERSION}.onnx"
@@ -271,7 +268,6 @@ def zoo_variant_path(name: str, size: int) -> Path:
     on first use exactly as the zoo exports its own (seeded, TorchScript exporter, external
     weights, atomic publication), under the zoo cache with the zoo's naming scheme. At the
     zoo's own size this is the zoo file itself."""
-
 
     entry = zoo.zoo_entry(name)
     if entry.input_shape[2:] == (size, size):
@@ -285,7 +281,6 @@ def zoo_variant_path(name: str, size: int) -> Path:
 
 
 def _load_graph(source: str, name: str):
-
     if os.path.isabs(source):
         return load_model(source, name=name)
     base, sep, size = source.partition("@")
@@ -325,7 +320,6 @@ ops and by :func:`make_sound` (quotient cycles) or merge into one giant group.""
 
 def sample_groups(ctx: _ModelContext, spec: ShardSpec) -> tuple[list[int], dict[str, int]]:
     """The shard's groups (sorted bitmasks) and sampling statistics; deterministic in spec."""
-
     rng = random.Random(spec.shard_seed)
     graph = ctx.graph
     p_lo, p_hi = math.log(spec.sampler[0]), math.log(spec.sampler[1])
@@ -358,7 +352,6 @@ def sample_groups(ctx: _ModelContext, spec: ShardSpec) -> tuple[list[int], dict[
 
 def label_groups(ctx: _ModelContext, spec: ShardSpec, groups: Sequence[int]) -> dict[str, Any]:
     """The shard's arrays (see docs/dataset.md) for ``groups`` of the context's model."""
-
     nb = len(spec.buffers)
     xs, eis, ids = [], [], []
     node_ptr, edge_ptr = [0], [0]
@@ -617,7 +610,6 @@ def plan_generation(
 
 
 def _versions() -> dict[str, str]:
-
     out = {}
     for dist in ("fusionplan", "numpy", "onnx", "torch", "torch_geometric"):
         try:
@@ -628,7 +620,6 @@ def _versions() -> dict[str, str]:
 
 
 def _manifest(plan: GenerationPlan, entries: dict[str, dict], complete: bool, **extra) -> dict:
-
     shards = [entries[s.file] for s in plan.shards if s.file in entries]
     m: dict[str, Any] = {
         "format": FORMAT_NAME,

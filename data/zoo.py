@@ -94,6 +94,7 @@ def _torchvision(fn_name: str) -> Callable[[], Any]:
     """A constructor for ``torchvision.models.<fn_name>(weights=None)``, importing lazily."""
 
     def build() -> Any:
+        # torchvision loads only when a model is built
         import torchvision.models
 
         return getattr(torchvision.models, fn_name)(weights=None)
@@ -109,6 +110,7 @@ def _deeplabv3_mobilenet_v3_large() -> Any:
     several outputs, but the planner (and the paper) needs the single segmentation map.
     ``aux_loss=False`` keeps the auxiliary FCN head out of the graph.
     """
+    # torch/torchvision load only when a model is built
     import torch
     from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large
 
@@ -235,7 +237,6 @@ def cache_dir() -> Path:
     """
     root = os.environ.get(CACHE_ENV)
     if not root:
-
         root = platformdirs.user_cache_dir("fusionplan")
     return Path(root).expanduser() / "zoo"
 
@@ -313,6 +314,7 @@ def _export_proto(entry: ZooEntry) -> Any:
     data. The TorchScript exporter's deprecation and tracer warnings are silenced here
     only: they are about the exporter, not about anything the user can fix.
     """
+    # torch (6 s to import) loads only when a model is exported
     import torch
 
     buffer = io.BytesIO()
@@ -346,6 +348,7 @@ def _single_thread() -> Iterator[None]:
     two exports at once): measured on 2 cores with one other busy process, ResNet-152
     exports in ~3 s on one thread but ~11 s on two.
     """
+    # torch (6 s to import) loads only when a model is exported
     import torch
 
     previous = torch.get_num_threads()
@@ -385,7 +388,6 @@ def _save_external(proto: Any, final: Path, tmp: Path) -> None:
 # ----------------------------------------------------------------------------- loading
 def load_zoo_model(name: str) -> OpGraph:
     """Import zoo model ``name`` (exporting it to the cache first if needed)."""
-
     entry = zoo_entry(name)
     return load_model(zoo_path(entry.name), name=entry.name)
 

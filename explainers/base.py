@@ -27,10 +27,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    import torch
+import torch
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import MessagePassing
 
 INVALID, VALID = 0, 1  # the GIN's classes (explainers.gin)
 LocalEdge = tuple[int, int]
@@ -102,8 +103,6 @@ class Explainer:
         self.name = algorithm.name
 
     def predict(self, x: torch.Tensor, edge_index: torch.Tensor) -> int:
-        import torch
-
         with torch.no_grad():
             return int(self.model(x, edge_index).argmax(dim=-1)[0])
 
@@ -148,19 +147,14 @@ class torch_threads:
     """
 
     def __init__(self, threads: int | None = None) -> None:
-
         self.threads = threads or int(os.environ.get(THREADS_ENV, "0") or 0) or 1
 
     def __enter__(self) -> None:
-        import torch
-
         self._saved = torch.get_num_threads()
         if self._saved != self.threads:
             torch.set_num_threads(self.threads)
 
     def __exit__(self, *exc: object) -> None:
-        import torch
-
         if torch.get_num_threads() != self._saved:
             torch.set_num_threads(self._saved)
 
@@ -173,21 +167,15 @@ class seeded:
         self.seed = seed
 
     def __enter__(self) -> None:
-        import torch
-
         self._state = torch.random.get_rng_state()
         torch.manual_seed(self.seed)
 
     def __exit__(self, *exc: object) -> None:
-        import torch
-
         torch.random.set_rng_state(self._state)
 
 
 def sample_tensors(sample: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(x float32, edge_index int64 of shape (2, e)) of a sample."""
-    import torch
-
     x = torch.as_tensor(sample.x, dtype=torch.float32)
     edge_index = torch.as_tensor(sample.edge_index, dtype=torch.long).reshape(2, -1)
     return x, edge_index
@@ -195,15 +183,11 @@ def sample_tensors(sample: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 def collate(samples: list[Any]):
     """One ``torch_geometric`` batch of ``samples`` (only ``x`` and ``edge_index`` kept)."""
-    from torch_geometric.data import Batch, Data
-
     return Batch.from_data_list([Data(*sample_tensors(s)) for s in samples])
 
 
 def predict_classes(model: torch.nn.Module, samples: list[Any], batch_size: int = 256) -> list[int]:
     """The classifier's class for every sample, in batches."""
-    import torch
-
     out: list[int] = []
     model.eval()
     with torch.no_grad():
@@ -223,7 +207,6 @@ def clear_explain_state(model: torch.nn.Module) -> None:
     ``set_masks`` -- silently cutting the MLP off from the classifier loss, so PGExplainer
     training diverges on a model GNNExplainer has touched. This removes the stale entry.
     """
-    from torch_geometric.nn import MessagePassing
 
     for module in model.modules():
         params = module._parameters

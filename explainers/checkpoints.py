@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.io import write_atomic, write_text_atomic
 
@@ -59,7 +61,6 @@ def save_checkpoint(
 ) -> Path:
     """Write ``state`` (tensors, ints, floats, strings, nested dicts/lists) and its manifest
     entry atomically."""
-    import torch
 
     directory = directory or weights_dir()
     name = checkpoint_name(kind, scheme)
@@ -75,8 +76,6 @@ def load_checkpoint(
     kind: str, scheme: str, directory: Path | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(state, manifest entry) of a checkpoint; a clear error if missing or mismatched."""
-    import torch
-
     directory = directory or weights_dir()
     name = checkpoint_name(kind, scheme)
     path = directory / name

@@ -177,5 +177,3 @@ def load_gin_model(scheme: str) -> torch.nn.Module:
 def clear_loaded() -> None:
     """Forget loaded GINs (tests that rewrite checkpoints in place call this)."""
     _LOADED.clear()
-
-

@@ -44,12 +44,11 @@ the PyG mask state left on the model is removed (:func:`~explainers.base.clear_e
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import torch
+from torch_geometric.explain import Explainer as PygExplainer
+from torch_geometric.explain import GNNExplainer
 
 from explainers.base import Explainer, clear_explain_state, model_config, seeded
-
-if TYPE_CHECKING:
-    import torch
 
 DEFAULT_EPOCHS = 30
 DEFAULT_LR = 0.3
@@ -59,8 +58,6 @@ DEFAULT_COMBINE = "max"
 
 
 def _gnne_class():
-    from torch_geometric.explain import GNNExplainer
-
     class FullStartGNNExplainer(GNNExplainer):
         """PyG's GNNExplainer with every edge-mask logit starting at ``init`` (mask
         ``sigmoid(init)``, about 1) instead of PyG's noise around 0 (mask about 0.5)."""
@@ -70,8 +67,6 @@ def _gnne_class():
             self.init = init
 
         def _initialize_masks(self, x, edge_index) -> None:
-            import torch
-
             super()._initialize_masks(x, edge_index)
             if self.init is None:  # PyG's own initialisation
                 return
@@ -115,8 +110,6 @@ class GNNExplainerAlgorithm:
         self._explainers: dict[int, object] = {}
 
     def _pyg(self, model: torch.nn.Module):
-        from torch_geometric.explain import Explainer as PygExplainer
-
         key = id(model)
         ex = self._explainers.get(key)
         if ex is None or ex.model is not model:
@@ -132,8 +125,6 @@ class GNNExplainerAlgorithm:
         return ex
 
     def edge_scores(self, model, x, edge_index, target: int):
-        import torch
-
         explainer = self._pyg(model)
         try:
             with seeded(self.seed), torch.enable_grad():

@@ -38,12 +38,13 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+from torch_geometric.explain import Explainer as PygExplainer
+from torch_geometric.explain.algorithm import PGExplainer
 
 from explainers.base import INVALID, Explainer, clear_explain_state, collate, model_config
-
-if TYPE_CHECKING:
-    import torch
 
 DEFAULT_EPOCHS = 25
 DEFAULT_LR = 0.003
@@ -57,8 +58,6 @@ DEFAULT_COEFFS: dict[str, Any] = {
 
 
 def _pg_class():
-    from torch_geometric.explain.algorithm import PGExplainer
-
     class BatchedPGExplainer(PGExplainer):
         """PyG's PGExplainer with per-instance coefficients and a per-graph size penalty."""
 
@@ -97,8 +96,6 @@ class PGExplainerAlgorithm:
     # -- PyG plumbing --------------------------------------------------------------------
     def _connect(self, model: torch.nn.Module):
         if self._explainer is None or self._model is not model:
-            from torch_geometric.explain import Explainer as PygExplainer
-
             self._explainer = PygExplainer(
                 model=model,
                 algorithm=self.pg,
@@ -129,7 +126,6 @@ class PGExplainerAlgorithm:
         ``targets`` default to ``INVALID`` for every sample (callers pass the samples the GIN
         predicts invalid; see the module doc).
         """
-        import torch
 
         if not samples:
             raise ValueError("PGExplainer needs at least one training sample")
@@ -163,8 +159,6 @@ class PGExplainerAlgorithm:
 
     # -- explaining ----------------------------------------------------------------------
     def edge_scores(self, model, x, edge_index, target: int):
-        import torch
-
         if not self.trained:
             raise ValueError("PGExplainer is not trained; call fit() or load a checkpoint")
         self._connect(model)
@@ -180,7 +174,6 @@ class PGExplainerAlgorithm:
     def edge_masks(self, model, x, edge_index, target: int = INVALID):
         """PyG's own explanation (``Explainer(...)(x, edge_index, target=...)``): the
         sigmoid of :meth:`edge_scores`."""
-        import torch
 
         explainer = self._connect(model)
         with torch.no_grad():
@@ -199,7 +192,6 @@ class PGExplainerAlgorithm:
     def from_state(cls, state: dict[str, Any]) -> PGExplainerAlgorithm:
         """A trained explainer from :meth:`state_dict` (raises ``KeyError``/``RuntimeError``
         on a malformed state; the checkpoint loader turns those into clear errors)."""
-        import torch
 
         algo = cls(int(state["epochs"]), float(state["lr"]), dict(state["coeffs"]))
         mlp_state = state["mlp"]

@@ -19,6 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
+from torch_geometric.data import Data
+
 from data.features import group_features, node_feature_table, with_buffer
 from explainers.base import INVALID, SupportsExplain
 from fusionplan.ir.graph import Group, bits
@@ -57,10 +60,6 @@ class ExplainerRanker:
 
     def sample(self, group: Group):
         """The GIN sample of ``group`` at this cost model's buffer size (a PyG ``Data``)."""
-        import torch
-        from torch_geometric.data import Data
-
-
         x, edge_index = group_features(self.graph, self.table, group)
         x = with_buffer(x, self.cost_model.beta)
         return Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(edge_index))

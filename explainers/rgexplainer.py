@@ -48,12 +48,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.utils import get_embeddings
 
 from explainers.base import INVALID, Explainer, collate, sample_tensors
-
-if TYPE_CHECKING:
-    import torch
 
 STOP = -1
 
@@ -74,8 +76,6 @@ class RGConfig:
 def node_embeddings(model, x, edge_index, batch=None):
     """The frozen GIN's view of each node: ``log1p`` of its last-layer embedding (GIN
     embeddings are non-negative and unnormalised sums) next to the raw features."""
-    import torch
-    from torch_geometric.utils import get_embeddings
 
     kwargs = {} if batch is None else {"batch": batch}
     with torch.no_grad():
@@ -110,8 +110,6 @@ def radius(nodes: Sequence[int], adj: list[set[int]]) -> int:
 
 def induced(x, edge_index, nodes: Sequence[int]):
     """(x, edge_index) of the subgraph induced by ``nodes`` (relabelled in that order)."""
-    import torch
-
     idx = torch.tensor(list(nodes), dtype=torch.long)
     local = torch.full((x.size(0),), -1, dtype=torch.long)
     local[idx] = torch.arange(len(idx))
@@ -122,8 +120,6 @@ def induced(x, edge_index, nodes: Sequence[int]):
 
 def subgraph_batch(parts: Sequence[tuple[Any, Any]]):
     """(x, edge_index, batch) of several (x, edge_index) graphs stacked as one PyG batch."""
-    import torch
-
     xs, eis, batch = [], [], []
     offset = 0
     for i, (x, ei) in enumerate(parts):
@@ -138,8 +134,6 @@ class RGPolicy:
     """Seed locator + growing policy (torch modules) over node embeddings."""
 
     def __init__(self, in_dim: int, config: RGConfig) -> None:
-        from torch import nn
-
         h = config.hidden
         self.config = config
         self.in_dim = in_dim
@@ -157,8 +151,6 @@ class RGPolicy:
 
     def step_logits(self, z, nodes: list[int], cands: list[int], adj, rad: int):
         """Logits over ``cands`` followed by the stop action."""
-        import torch
-
         cfg = self.config
         summary = z[nodes].mean(dim=0)
         seed = z[nodes[0]]
@@ -175,8 +167,6 @@ class RGPolicy:
     # -- rollouts ------------------------------------------------------------------------
     def rollout(self, z, adj, *, greedy: bool, gen: torch.Generator | None = None):
         """(nodes in order added, sum of log-probs, sum of entropies, final add logits)."""
-        import torch
-
         n = z.size(0)
         cap = min(self.config.max_nodes, n)
         seed_logits = self.seed_logits(z)
@@ -213,9 +203,6 @@ class RGPolicy:
 
     def imitation_loss(self, z, adj, seed: int, actions: list[int]):
         """Cross-entropy of the oracle's seed and actions (teacher forcing)."""
-        import torch
-        import torch.nn.functional as F
-
         loss = F.cross_entropy(self.seed_logits(z).unsqueeze(0), torch.tensor([seed]))
         nodes = [seed]
         depth = {seed: 0}
@@ -246,7 +233,6 @@ class RGExplainerAlgorithm:
     def rewards(self, model, items: Sequence[tuple[Any, Any, Any, Sequence[int], int]]):
         """Reward of each (x, edge_index, adjacency, nodes, target) explanation, in one
         batched GIN pass over the induced subgraphs."""
-        import torch
 
         cfg = self.config
         xb, eib, bb = subgraph_batch([induced(x, ei, nodes) for x, ei, _, nodes, _ in items])
@@ -296,8 +282,6 @@ class RGExplainerAlgorithm:
         progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, list[float]]:
         """Pre-train by imitation, then REINFORCE; returns per-epoch losses and rewards."""
-        import torch
-
         if not samples:
             raise ValueError("RG-Explainer needs at least one training sample")
         model.eval()
@@ -389,16 +373,12 @@ class RGExplainerAlgorithm:
     # -- explaining ----------------------------------------------------------------------
     def explain_nodes(self, model, x, edge_index) -> list[int]:
         """The greedy explanation subgraph's nodes, in the order they were added."""
-        import torch
-
         with torch.no_grad():
             z = self._z(node_embeddings(model, x, edge_index))
             nodes, *_ = self.policy.rollout(z, _adjacency(edge_index, x.size(0)), greedy=True)
         return nodes
 
     def edge_scores(self, model, x, edge_index, target: int):
-        import torch
-
         if not self.trained:
             raise ValueError("RG-Explainer is not trained; call fit() or load a checkpoint")
         n = x.size(0)

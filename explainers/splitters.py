@@ -1,9 +1,10 @@
 """Explainer-guided splitters: one per registered explainer (``gnne``, ``pg``, ``rg``).
 
 :func:`explainers.registry.register_explainer` puts each in the splitter registry. Each is
-the paper's Algorithm 1 -- :class:`fusionplan.planning.split.TreeSplitter` -- over an :class:`explainers.ranking.ExplainerRanker`
-with the GIN of the cost model's scheme and, for PG and RG, the trained explainer of that
-scheme. Weights come from :func:`explainers.checkpoints.weights_dir` (the shipped ones, or
+the paper's Algorithm 1 -- :class:`fusionplan.planning.split.TreeSplitter` -- over an
+:class:`explainers.ranking.ExplainerRanker` with the GIN of the cost model's scheme and, for
+PG and RG, the trained explainer of that scheme. Weights come from
+:func:`explainers.checkpoints.weights_dir` (the shipped ones, or
 ``$FUSIONPLAN_WEIGHTS_DIR``) and are loaded with ``weights_only=True``; a missing or
 mismatched checkpoint is a :class:`~explainers.checkpoints.CheckpointError` naming the
 command that rebuilds it, raised when the splitter is made (before any search starts).

@@ -25,7 +25,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from explainers.base import INVALID, predict_classes, seeded, torch_threads
 from explainers.checkpoints import save_checkpoint
@@ -35,9 +37,6 @@ from explainers.pgexplainer import PGExplainerAlgorithm
 from explainers.rgexplainer import RGConfig, RGExplainerAlgorithm, embedding_dim
 from explainers.splitters import clear_cache
 from fusionplan.ir.errors import ConfigError
-
-if TYPE_CHECKING:
-    import torch
 
 Progress = Callable[[int, int], None]
 
@@ -78,7 +77,6 @@ def _prepare(
     """
 
     if model is None:
-
         model = load_gin_model(scheme)
     model.eval()
     for p in model.parameters():
@@ -204,5 +202,4 @@ def train_rg(
 
 
 def _forget_cached() -> None:
-
     clear_cache()

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch_geometric
 from torch import nn
 
 from data.dataset import default_dataset_dir, load_dataset
@@ -339,6 +340,4 @@ def _summary(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str]:
-    import torch_geometric
-
     return {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__}

@@ -89,11 +89,12 @@ chains of length L has about ``(L+1)^k``.
 
 Budget. The DP does not count its own enumeration as proposals: it proposes exactly one
 plan, its answer, through :meth:`FusionProblem.evaluate` (``problem.proposed`` goes up by 1,
-whatever the budget, which must leave >= 1 plan). The splitter never splits it (every
-group fits). ``SearchResult.exact`` (an :class:`ExactBound`) holds ``optimal``,
-``lower_bound_bytes``, ``gap`` (relative gap of the returned plan to the bound), ``states`` (expanded), ``states_generated``
-(pushed by A*), ``groups_enumerated`` (candidate sets visited and costed), ``transitions``,
-``downsets`` (N), ``pruned_by_buffer`` (monotone pruning used), ``status`` and the config.
+whatever the budget, which must leave >= 1 plan). The splitter never splits it (every group
+fits). ``SearchResult.exact`` (an :class:`ExactBound`) holds ``optimal``,
+``lower_bound_bytes``, ``gap`` (relative gap of the returned plan to the bound), ``states``
+(expanded), ``states_generated`` (pushed by A*), ``groups_enumerated`` (candidate sets
+visited and costed), ``transitions``, ``downsets`` (N), ``pruned_by_buffer`` (monotone
+pruning used), ``status`` and the config.
 Ties between optimal plans are broken deterministically (search order), not by MBU.
 """
 

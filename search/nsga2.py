@@ -93,7 +93,6 @@ class NSGA2Config:
 
 def _openbox_installed() -> bool:
     """Whether OpenBox can be imported, without importing it (that takes seconds)."""
-
     try:
         return importlib.util.find_spec("openbox") is not None
     except (ImportError, ValueError):  # a None entry in sys.modules: blocked on purpose
@@ -115,7 +114,6 @@ class NSGA2Search:
     def __init__(self, config: NSGA2Config | None = None, **options: object) -> None:
         self.config = build_config(NSGA2Config, config, options, "nsga2")
         if self.config.backend == "openbox" and not _openbox_installed():
-
             raise ConfigError(MISSING)
 
     @property
@@ -126,7 +124,6 @@ class NSGA2Search:
             ) -> SearchResult:  # fmt: skip
         check_start(problem)
         if self.config.backend == "openbox":
-
             return run_openbox(self.name, self.config, problem, seed, progress)
         rec = Recorder(problem, progress)
         extra: dict[str, Any] = {}
@@ -141,6 +138,7 @@ class NSGA2Search:
 def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorder
                ) -> dict[str, Any]:  # fmt: skip
     """The ask/tell loop; returns counters for the result's ``extra``."""
+    # pymoo loads only when NSGA-II runs (keeps `import search` light)
     from pymoo.algorithms.moo.nsga2 import NSGA2
     from pymoo.core.population import Population
     from pymoo.core.problem import Problem

@@ -48,6 +48,7 @@ class _BudgetSpent(Exception):
 
 def _import_openbox():
     try:
+        # an optional extra: imported only when the OpenBox backend runs
         from ConfigSpace import CategoricalHyperparameter, ConfigurationSpace
         from openbox import NSGAOptimizer
     except ImportError as exc:

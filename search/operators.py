@@ -142,7 +142,6 @@ class OneEditMutation:
     name = "one-edit"
 
     def __init__(self, names: tuple[str, ...] = ("move", "merge", "split")) -> None:
-
         unknown = [n for n in names if n not in MUTATIONS]
         if unknown or not names:
             raise ConfigError(
@@ -217,7 +216,6 @@ class EdgeCodec:
 
     def encode(self, groups) -> np.ndarray:
         """Cut bits of a partition: an edge is cut iff its ends are in different groups."""
-
         x = np.ones(len(self.edges), dtype=bool)
         uncut: list[int] = []
         inside = self.inside
@@ -245,7 +243,6 @@ class PlanRepair:
         self._memo: dict[bytes, tuple[Any, tuple[Group, ...]]] = {}
 
     def _entry(self, x: np.ndarray) -> tuple[np.ndarray, tuple[Group, ...]]:
-
         x = np.asarray(x, dtype=bool)
         key = x.tobytes()
         hit = self._memo.get(key)
@@ -261,7 +258,6 @@ class PlanRepair:
         return entry
 
     def do(self, X: np.ndarray) -> np.ndarray:
-
         X = np.asarray(X, dtype=bool)
         out = np.empty_like(X)
         for i, row in enumerate(X):

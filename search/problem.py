@@ -40,7 +40,6 @@ class FusionProblem:
     seen: dict[tuple[Group, ...], Candidate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-
         budget = self.budget
         if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
             raise ConfigError(f"search budget must be a whole number of plans >= 1, got {budget!r}")

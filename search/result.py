@@ -56,7 +56,6 @@ class Recorder:
         **extra: Any,
     ) -> SearchResult:
         if self.best is None:
-
             raise ConfigError(
                 f"the search proposed no plan: budget {self.problem.budget}, "
                 f"{self.problem.proposed} already spent (budget must leave >= 1 plan)"

@@ -9,7 +9,8 @@ share one directory (zoo exports are published atomically, so concurrent writers
 from __future__ import annotations
 
 import pytest
-from shared_dirs import shared_dir
+
+from tests.shared_dirs import shared_dir
 
 CACHE_ENV = "FUSIONPLAN_CACHE_DIR"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onnx_builders import Net, save
+from tests.onnx_builders import Net, save
 
 TINY_BUFFERS_KB = (2, 4, 8, 16, 32)
 

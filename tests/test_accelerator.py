@@ -98,7 +98,7 @@ def test_schemes_are_registered() -> None:
 
 
 def test_make_cost_model_picks_the_scheme() -> None:
-    from onnx_builders import conv_chain, to_graph
+    from tests.onnx_builders import conv_chain, to_graph
 
     graph = to_graph(conv_chain())
     assert type(make_cost_model(graph, Accelerator.of("1KB", "lbdf"))) is LBDF

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from onnx_builders import residual_block, save
 
 from fusionplan.app.bench import BEGIN, END, BenchConfig, Run, planned_runs, splice
 from fusionplan.app.bench import runner as bench_runner
@@ -16,6 +15,7 @@ from fusionplan.app.bench.experiments import exact_runs
 from fusionplan.app.bench.render import best_at
 from fusionplan.app.bench.runner import ResultStore, execute, run_all
 from fusionplan.ir.errors import ConfigError
+from tests.onnx_builders import residual_block, save
 
 
 def test_default_config_plans_the_paper_grid_once():
@@ -127,4 +127,4 @@ def test_bench_rejects_an_unknown_splitter(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 2
-    assert "unknown splitter magic" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "unknown splitter 'magic'" in result.stderr and len(result.stderr.splitlines()) == 1

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from click.testing import CliRunner
-from onnx_builders import residual_block, save
 
 from fusionplan.app.api import PlanRequest
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.cli import cli
+from tests.onnx_builders import residual_block, save
 
 
 def test_search_speed_counts_exactly_the_budget(tmp_path):

@@ -18,12 +18,12 @@ from pathlib import Path
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx_builders import dynamic_batch, residual_block, save
 
 from accel_model import Accelerator, make_cost_model
 from fusionplan.app.cli import cli
 from fusionplan.ir.onnx_import import load_model
 from fusionplan.planning.plan import Plan
+from tests.onnx_builders import dynamic_batch, residual_block, save
 
 BIN = Path(sys.executable).parent / "fusionplan"
 FAST = ["--search", "rs", "--budget", "10", "-q"]

@@ -11,7 +11,11 @@ h_tile = floor((beta - footprint) / row_step) + 1 and tiles = ceil(H_out(L) / h_
 from __future__ import annotations
 
 import pytest
-from onnx_builders import (
+
+from accel_model import Accelerator, compulsory_traffic, make_cost_model, unfusable_nodes
+from accel_model.brr import BRR
+from fusionplan.ir.graph import mask_of
+from tests.onnx_builders import (
     conv_chain,
     residual_block,
     se_block,
@@ -20,10 +24,6 @@ from onnx_builders import (
     to_graph,
     upsample_chain,
 )
-
-from accel_model import Accelerator, compulsory_traffic, make_cost_model, unfusable_nodes
-from accel_model.brr import BRR
-from fusionplan.ir.graph import mask_of
 
 
 def brr(builder, beta: int = 1 << 20, b: int = 1) -> BRR:

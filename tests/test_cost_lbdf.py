@@ -9,7 +9,11 @@ the code under test. Row size of a tensor (C, H, W) is W * C elements.
 from __future__ import annotations
 
 import pytest
-from onnx_builders import (
+
+from accel_model import Accelerator, compulsory_traffic, make_cost_model, unfusable_nodes
+from accel_model.lbdf import LBDF
+from fusionplan.ir.graph import mask_of
+from tests.onnx_builders import (
     conv_chain,
     residual_block,
     se_block,
@@ -18,10 +22,6 @@ from onnx_builders import (
     to_graph,
     upsample_chain,
 )
-
-from accel_model import Accelerator, compulsory_traffic, make_cost_model, unfusable_nodes
-from accel_model.lbdf import LBDF
-from fusionplan.ir.graph import mask_of
 
 
 def lbdf(builder, beta: int = 1 << 20, b: int = 1) -> LBDF:

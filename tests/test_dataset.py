@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dataset_models import TINY_BUFFERS_KB, save_tiny
 
 from accel_model import Accelerator, make_cost_model
 from data import dataset as ds
@@ -23,6 +22,7 @@ from data.features import group_features, node_feature_table, with_buffer
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import bits, is_weakly_connected
 from fusionplan.ir.onnx_import import load_model
+from tests.dataset_models import TINY_BUFFERS_KB, save_tiny
 
 GROUPS, UNSEEN = 160, 60
 

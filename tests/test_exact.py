@@ -20,7 +20,6 @@ import random
 import time
 
 import pytest
-from random_dags import random_dag, small_buffer
 
 from accel_model import Accelerator
 from accel_model.brr import BRR
@@ -28,15 +27,16 @@ from accel_model.lbdf import LBDF
 from accel_model.registry import cost_model_class
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits, weak_components
-from fusionplan.planning.split import SPLITTERS
+from fusionplan.planning.split import make_splitter
 from search import ExactConfig, FusionProblem, make_search, search_names
 from search.exact import ExactSolver, count_downsets
+from tests.random_dags import random_dag, small_buffer
 
 
 def make_problem(graph, scheme, buffer, budget=1, splitter="tree", seed=0, cls=None):
     cls = cls or cost_model_class(scheme)
     cm = cls(graph, Accelerator(buffer, scheme))
-    return FusionProblem(cm, SPLITTERS.make(splitter, cm, seed), budget)
+    return FusionProblem(cm, make_splitter(splitter, cm, seed), budget)
 
 
 def case_problem(seed: int, scheme: str, budget: int = 1, cls=None) -> FusionProblem:
@@ -232,8 +232,8 @@ def test_never_worse_than_heuristics(seed, scheme, name):
 
 
 def test_mini_net_against_searches():
-    from onnx_builders import to_graph
-    from test_search import mini_net
+    from tests.onnx_builders import to_graph
+    from tests.test_search import mini_net
 
     graph = to_graph(mini_net())
     for scheme, buffer in (("lbdf", 8 * 1024), ("brr", 6 * 1024)):

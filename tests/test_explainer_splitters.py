@@ -13,12 +13,12 @@ import random
 import shutil
 
 import pytest
-from shared_dirs import shared_dir
+
+from tests.shared_dirs import shared_dir
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 
-from random_dags import random_dag, small_buffer  # noqa: E402
 from torch_geometric.data import Batch, Data  # noqa: E402
 
 from accel_model import Accelerator, make_cost_model  # noqa: E402
@@ -31,8 +31,10 @@ from data.features import (  # noqa: E402
 )
 from explainers.checkpoints import WEIGHTS_ENV, CheckpointError, save_checkpoint  # noqa: E402
 from explainers.gin import GINClassifier, GINConfig  # noqa: E402
-from fusionplan.app.api import make_splitter, plan, splitter_names  # noqa: E402
+from fusionplan.app.api import plan  # noqa: E402
 from fusionplan.ir.graph import bits, is_weakly_connected, mask_of  # noqa: E402
+from fusionplan.planning.split import SPLITTERS, make_splitter  # noqa: E402
+from tests.random_dags import random_dag, small_buffer  # noqa: E402
 
 SCHEME = "lbdf"
 GIN_CONFIG = GINConfig(hidden=16)
@@ -137,7 +139,7 @@ def copy_weights(src, dst, kinds=("gin", "pg", "rg")):
 
 # ----------------------------------------------------------------------------- planning
 def test_explainer_splitters_are_registered():
-    assert {"gnne", "pg", "rg", "tree", "random"} <= set(splitter_names())
+    assert {"gnne", "pg", "rg", "tree", "random"} <= set(SPLITTERS.names())
 
 
 @pytest.mark.parametrize("search", ["rs", "ls", "nsga2"])
@@ -241,7 +243,7 @@ def test_malformed_explainer_checkpoint_is_a_clear_error(trained_weights, tmp_pa
 def test_training_records_what_it_used(weights):
     import json
 
-    from explainers.splitters import gin_fingerprint, load_gin_model
+    from explainers.gin import gin_fingerprint, load_gin_model
 
     manifest = json.loads((weights / "manifest.json").read_text())["checkpoints"]
     fp = gin_fingerprint(load_gin_model(SCHEME))

@@ -36,7 +36,8 @@ import random
 import time
 
 import pytest
-from shared_dirs import shared_dir
+
+from tests.shared_dirs import shared_dir
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")

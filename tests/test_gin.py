@@ -11,14 +11,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from dataset_models import TINY_BUFFERS_KB, save_tiny
 
 from data import dataset as ds
 from data.features import FEATURE_NAMES, NUM_FEATURES
 from explainers import train_gin as tg
 from explainers.checkpoints import CheckpointError, load_checkpoint
 from explainers.dataset import FusionGroupDataset, training_samples
-from explainers.gin import GINClassifier
+from explainers.gin import GINClassifier, load_gin
+from tests.dataset_models import TINY_BUFFERS_KB, save_tiny
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
     assert entry["metrics"]["test"]["accuracy"] == pytest.approx(m["test"]["accuracy"], abs=1e-5)
     manifest = json.loads((weights / "manifest.json").read_text())
     assert "gin-lbdf.pt" in manifest["checkpoints"]
-    model = tg.load_gin("lbdf", weights)
+    model = load_gin("lbdf", weights)
     assert isinstance(model, GINClassifier) and not model.training
     # inputs are clamped to the training range recorded with the weights
     rng = entry["feature_range"]
@@ -160,7 +160,7 @@ def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
 
 def test_missing_checkpoint_names_the_training_command(tmp_path):
     with pytest.raises(CheckpointError, match=r"fusionplan train gin --scheme brr"):
-        tg.load_gin("brr", tmp_path)
+        load_gin("brr", tmp_path)
 
 
 def test_stale_feature_version_is_refused(trained, tmp_path):
@@ -173,7 +173,7 @@ def test_stale_feature_version_is_refused(trained, tmp_path):
     manifest["checkpoints"]["gin-lbdf.pt"]["feature_version"] = -1
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match=r"features.*fusionplan train gin --scheme lbdf"):
-        tg.load_gin("lbdf", copy)
+        load_gin("lbdf", copy)
 
 
 def test_unknown_scheme_in_dataset_is_a_config_error(dataset_dir):

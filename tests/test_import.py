@@ -7,7 +7,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from onnx_builders import (
+
+from fusionplan.ir.errors import GraphError, ModelError
+from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.onnx_import import load_model
+from tests.onnx_builders import (
     FLOAT,
     Net,
     conv_bn,
@@ -26,10 +30,6 @@ from onnx_builders import (
     views_only,
     with_unknown_op,
 )
-
-from fusionplan.ir.errors import GraphError, ModelError
-from fusionplan.ir.graph import OpGraph
-from fusionplan.ir.onnx_import import load_model
 
 
 def names(graph: OpGraph) -> list[str]:

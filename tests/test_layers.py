@@ -144,10 +144,7 @@ def test_checker_catches_an_upward_sideways_and_lazy_import(tmp_path, monkeypatc
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "bad.py").write_text(
-        "from search.problem import FusionProblem\n"
-        "def f():\n"
-        "    import numpy\n"
-        "    import torch\n"
+        "from search.problem import FusionProblem\ndef f():\n    import numpy\n    import torch\n"
     )
     (tmp_path / "search").mkdir()
     (tmp_path / "search" / "bad.py").write_text("import explainers.gin  # sideways\n")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from onnx_builders import Net, fan_out, residual_block, to_graph
 
 from fusionplan.ir.graph import (
     Node,
@@ -30,6 +29,7 @@ from fusionplan.ir.partition import (
     make_sound,
     topological_positions,
 )
+from tests.onnx_builders import Net, fan_out, residual_block, to_graph
 
 
 def random_dag(n: int, seed: int) -> OpGraph:

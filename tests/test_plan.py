@@ -16,11 +16,19 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx_builders import conv_bn, conv_chain, fan_out, residual_block, save, to_graph, view_ops
 
 from accel_model import Accelerator, compulsory_traffic, make_cost_model
 from fusionplan.ir.errors import PlanError
 from fusionplan.planning.plan import MB, PLAN_FORMAT, PLAN_FORMAT_VERSION, Plan
+from tests.onnx_builders import (
+    conv_bn,
+    conv_chain,
+    fan_out,
+    residual_block,
+    save,
+    to_graph,
+    view_ops,
+)
 
 BIG = 1 << 20
 
@@ -151,7 +159,7 @@ def test_validate_recomputes_costs_without_the_memo():
 
 # ----------------------------------------------------------------------------- metrics
 def test_metrics_are_sums_of_group_costs():
-    plan = make_plan(residual_block, RES_SPLIT, info={"search": "rs"})
+    plan = make_plan(residual_block, RES_SPLIT, saved_info={"search": "rs"})
     cm, m = plan.cost_model, plan.metrics
     costs = [cm.compute_uncached(g) for g in plan.groups]
     assert m.dram_bytes == sum(c.dram for c in costs)
@@ -191,7 +199,7 @@ def test_metrics_split_fusable_and_unfusable(b):
 # ----------------------------------------------------------------------------- JSON
 def test_json_round_trip():
     info = {"search": "rs", "seed": 3, "budget": 10, "trace": [(1, 2000), (4, 1980)]}
-    plan = make_plan(residual_block, RES_SPLIT, info=info)
+    plan = make_plan(residual_block, RES_SPLIT, saved_info=info)
     text = plan.to_json()
     data = json.loads(text)
     assert data["format"] == PLAN_FORMAT and data["version"] == PLAN_FORMAT_VERSION

@@ -15,14 +15,12 @@ import sys
 
 import numpy as np
 import pytest
-from onnx_builders import Net, to_graph
-from random_dags import random_dag
 
 from accel_model import Accelerator, make_cost_model
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import bits, is_weakly_connected, quotient_order
 from fusionplan.ir.partition import cut_edges_of, groups_from_cut_edges
-from fusionplan.planning.split import SPLITTERS
+from fusionplan.planning.split import make_splitter
 from search import FusionProblem, SearchResult, make_search, search_names
 from search.local_search import LocalSearch, LocalSearchConfig
 from search.nsga2 import NSGA2Config, NSGA2Search
@@ -36,6 +34,8 @@ from search.operators import (
     RandomCutSampling,
     SplitAtTopologicalCut,
 )
+from tests.onnx_builders import Net, to_graph
+from tests.random_dags import random_dag
 
 SEARCHES = ["rs", "ls", "nsga2", "nsga2-openbox"]
 
@@ -81,7 +81,7 @@ def graph():
 
 def make_problem(graph, scheme="lbdf", buffer=8 * 1024, splitter="random", budget=40, seed=0):
     cm = make_cost_model(graph, Accelerator(buffer, scheme))
-    return FusionProblem(cm, SPLITTERS.make(splitter, cm, seed), budget)
+    return FusionProblem(cm, make_splitter(splitter, cm, seed), budget)
 
 
 def search(name: str, **options):
@@ -284,7 +284,7 @@ def test_one_edit_mutations_keep_a_partition(graph):
 def test_mutation_with_nothing_to_do_returns_the_plan():
     g = random_dag(2, n_nodes=1)
     cm = make_cost_model(g, Accelerator(1 << 20, "lbdf"))
-    problem = FusionProblem(cm, SPLITTERS.make("random", cm, 0), 5)
+    problem = FusionProblem(cm, make_splitter("random", cm, 0), 5)
     view = PlanView(problem, problem.evaluate_cuts([]))
     import random
 
@@ -295,7 +295,7 @@ def test_mutation_with_nothing_to_do_returns_the_plan():
 def test_edge_codec_matches_partition_functions(seed):
     g = random_dag(seed, n_nodes=14)
     cm = make_cost_model(g, Accelerator(1 << 20, "lbdf"))
-    problem = FusionProblem(cm, SPLITTERS.make("random", cm, 0), 5)
+    problem = FusionProblem(cm, make_splitter("random", cm, 0), 5)
     codec = EdgeCodec(problem)
     rng = np.random.default_rng(seed)
     for x in RandomCutSampling().do(20, len(problem.edges), rng):

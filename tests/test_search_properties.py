@@ -15,14 +15,14 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from random_dags import random_dag, small_buffer
 
 from accel_model import Accelerator
 from accel_model.registry import cost_model_class
 from fusionplan.ir.graph import bits, is_weakly_connected, quotient_order
 from fusionplan.ir.partition import make_sound
-from fusionplan.planning.split import SPLITTERS
+from fusionplan.planning.split import make_splitter
 from search import FusionProblem, make_search
+from tests.random_dags import random_dag, small_buffer
 
 PROPS = settings(max_examples=25, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
@@ -36,7 +36,7 @@ splitters = st.sampled_from(["random", "tree"])
 def problem_for(graph, scheme: str, splitter: str, budget: int, seed: int) -> FusionProblem:
     cls = cost_model_class(scheme)
     cm = cls(graph, Accelerator(small_buffer(cls, graph, seed), scheme))
-    return FusionProblem(cm, SPLITTERS.make(splitter, cm, seed), budget)
+    return FusionProblem(cm, make_splitter(splitter, cm, seed), budget)
 
 
 def run_twice(name, graph, scheme, splitter, budget, seed):
@@ -93,7 +93,7 @@ def test_make_sound_is_a_sound_refinement(graph, n_labels, seed):
 def test_split_covers_group_with_valid_parts(graph, scheme, splitter, seed, density):
     cls = cost_model_class(scheme)
     cm = cls(graph, Accelerator(small_buffer(cls, graph, seed), scheme))
-    sp = SPLITTERS.make(splitter, cm, seed)
+    sp = make_splitter(splitter, cm, seed)
     rng = random.Random(seed)
     nodes = 0
     for v in range(len(graph)):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from onnx_builders import residual_block, strided_chain, to_graph
 
 from accel_model import Accelerator, make_cost_model, unfusable_nodes
 from fusionplan.ir.errors import ConfigError
@@ -23,7 +22,6 @@ from fusionplan.ir.graph import bits, is_weakly_connected, lowest, quotient_orde
 from fusionplan.ir.partition import cut_at, groups_from_cut_edges, make_sound
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import (
-    SPLITTERS,
     CostModelRanker,
     RandomSplitter,
     TreeConfig,
@@ -31,6 +29,7 @@ from fusionplan.planning.split import (
     group_edges,
     positions_between,
 )
+from tests.onnx_builders import residual_block, strided_chain, to_graph
 
 RES_ALL = 0b111111
 
@@ -312,12 +311,12 @@ def test_group_edges_and_positions():
 
 def test_registry():
     cm = lbdf(residual_block, 400)
-    assert isinstance(SPLITTERS.make("random", cm, 1), RandomSplitter)
-    tree = SPLITTERS.make("tree", cm, 1)
+    assert isinstance(make_splitter("random", cm, 1), RandomSplitter)
+    tree = make_splitter("tree", cm, 1)
     assert isinstance(tree, TreeSplitter) and tree.name == "tree[cost]"
     # explainer splitters (gnne, pg, rg) join the list once their package is imported
     with pytest.raises(ConfigError, match=r"unknown splitter 'gin' \(choose from .*random.*tree"):
-        SPLITTERS.make("gin", cm)
+        make_splitter("gin", cm)
 
 
 def test_random_splitter_is_deterministic_per_seed():

@@ -44,10 +44,11 @@ def write_sweep_csv(rows: list[dict[str, Any]], path: str | Path) -> Path:
 
 def write_sweep_plot(rows: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """DRAM (total and fusable) against buffer size on a log2 axis, with the lower bound."""
+    # matplotlib (1 s to import) loads only when a plot is asked for
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # only after choosing the headless backend
 
     kb = [r["buffer_bytes"] / 1024 for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -308,7 +308,6 @@ def _preds_from_succs(succ: list[set[int]]) -> list[list[int]]:
 
 def _topological_order(n: int, preds: list[list[int]]) -> list[int] | None:
     """Kahn's algorithm, smallest index first among ready items; None on a cycle."""
-
     indeg = [len(set(p)) for p in preds]
     succ: list[list[int]] = [[] for _ in range(n)]
     for v, ps in enumerate(preds):

@@ -122,7 +122,6 @@ def graph_from_proto(
     check_path: Path | None = None,
 ) -> OpGraph:
     """Import an in-memory ``onnx.ModelProto`` (see :func:`load_model`)."""
-
     if input_shapes:
         _fix_input_shapes(model, input_shapes)
     _check_acyclic(model.graph)
@@ -218,7 +217,6 @@ class _Importer:
     shapes: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
 
     def run(self) -> OpGraph:
-
         g = self.model.graph
         for init in g.initializer:
             self.const_elems[init.name] = math.prod(init.dims)
@@ -248,7 +246,6 @@ class _Importer:
 
     def _absorb_constant(self, node) -> bool:
         """Record outputs of constant and shape subgraphs; True if ``node`` is one of them."""
-
         ins = [t for t in node.input if t]
         if node.op_type == "Constant":
             value = next((a.t for a in node.attribute if a.name == "value"), None)

@@ -93,7 +93,6 @@ class Plan:
     # -- checks -----------------------------------------------------------------------
     @cached_property
     def unfusable(self) -> Group:
-
         return unfusable_nodes(self.cost_model)
 
     def problems(self) -> list[str]:
@@ -145,7 +144,6 @@ class Plan:
     # -- metrics ----------------------------------------------------------------------
     @cached_property
     def metrics(self) -> PlanMetrics:
-
         cm, unfusable = self.cost_model, self.unfusable
         fus = [cm.cost(grp) for grp in self.groups if not grp & unfusable]
         unf = [cm.cost(grp) for grp in self.groups if grp & unfusable]
@@ -164,7 +162,6 @@ class Plan:
 
     # -- serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-
         cm, names = self.cost_model, [n.name for n in self.graph.nodes]
         groups = []
         for gi, grp in enumerate(self.groups):
@@ -198,7 +195,6 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
     def save(self, path: str | Path) -> Path:
-
         return write_text_atomic(path, self.to_json() + "\n")
 
     @staticmethod
@@ -261,7 +257,6 @@ class Plan:
         Tags go in node ``metadata_props`` (``fusionplan.group``, ``fusionplan.group_dram``)
         and in the doc string, which Netron shows. Folded and view ops carry no tag.
         """
-
 
         model = onnx.load(str(src))
         group_of = self.group_of()

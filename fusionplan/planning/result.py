@@ -75,9 +75,11 @@ class SearchResult:
 
     def info(self) -> dict[str, Any]:
         """The JSON form stored with a plan (``search`` in the plan file)."""
-        out: dict[str, Any] = {"model": self.model, "splitter": self.splitter} if (
-            self.model or self.splitter
-        ) else {}
+        out: dict[str, Any] = (
+            {"model": self.model, "splitter": self.splitter}
+            if (self.model or self.splitter)
+            else {}
+        )
         out.update(
             {
                 "search": self.algorithm,

@@ -30,6 +30,7 @@ END = "<!-- fusionplan bench: end -->"
 
 def machine_line() -> str:
     """What the figures were measured on."""
+    # torch only for its version string in the report
     import torch
 
     cpu = platform.processor() or platform.machine()

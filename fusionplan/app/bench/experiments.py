@@ -88,7 +88,6 @@ class BenchConfig:
         return cls(**settings)
 
     def check(self) -> None:
-
         unknown = sorted(set(self.experiments) - set(EXPERIMENTS))
         if unknown:
             raise ConfigError(

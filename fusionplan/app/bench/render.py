@@ -388,17 +388,17 @@ def plot_fig5(series: dict[tuple, dict[str, list]], path: Path) -> Path:
 
 
 def _figure(rows: int, cols: int):
+    # matplotlib (1 s to import) loads only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # only after choosing the headless backend
 
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4), squeeze=False)
     return plt, fig, list(axes.flat)
 
 
 def _save(plt, fig, path: Path) -> Path:
-
     fig.tight_layout()
     try:
         return write_atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))

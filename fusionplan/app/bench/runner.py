@@ -66,14 +66,12 @@ _GRAPHS: dict[str, Any] = {}
 def _graph(model: str):
     graph = _GRAPHS.get(model)
     if graph is None:
-
         graph = _GRAPHS[model] = load(model)
     return graph
 
 
 def execute(run: Run, exact_time_limit_s: float = 60.0) -> dict[str, Any]:
     """Run one search; its result as a JSON-friendly row (the plan is validated first)."""
-
     options = {"time_limit_s": exact_time_limit_s} if run.search == "exact" else {}
     request = PlanRequest(
         buffer=run.buffer,
@@ -118,7 +116,6 @@ def _estimated_cost(run: Run, ops: dict[str, int]) -> float:
 
 def _child_init() -> None:
     """Worker set-up: one torch thread per process, and the CLI's warning filter."""
-
     os.environ.setdefault("FUSIONPLAN_TORCH_THREADS", "1")
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
 
@@ -147,7 +144,6 @@ def run_all(
             if progress:
                 progress(done, total)
     else:
-
         context = multiprocessing.get_context("spawn")  # no fork after torch/OpenMP start
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_child_init) as pool:
             futures = [pool.submit(execute, run, exact_time_limit_s) for run in todo]

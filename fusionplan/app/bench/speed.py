@@ -31,7 +31,6 @@ class SpeedRow:
 
 def search_speed(models: Sequence[str], request: PlanRequest, repeats: int = 3) -> list[SpeedRow]:
     """Plans per second of one search per model: a fresh problem (cold caches) per run."""
-
     request.check()
     rows = []
     for spec in models:
@@ -67,7 +66,6 @@ class ZooTimeRow:
 def zoo_times(models: Sequence[str]) -> list[ZooTimeRow]:
     """Export (into an empty temporary cache) and import time of each zoo model."""
     import torch  # noqa: F401  (import cost excluded from the export time)
-
 
     rows = []
     old = os.environ.get("FUSIONPLAN_CACHE_DIR")

@@ -28,8 +28,6 @@ class ValidShare:
 
 def dataset_valid_share(path: str | os.PathLike) -> list[ValidShare]:
     """Valid share per model, scheme and buffer of the dataset at ``path``."""
-
-
     ds = load_dataset(path)
     kb = tuple(int(b) // 1024 for b in ds.buffers)
     rows = []

@@ -23,7 +23,10 @@ EXIT_BAD_INPUT = 2
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("fusionplan.app.cli.plan:plan_cmd", "Plan fusion for MODEL (ONNX file or zoo name)."),
     "sweep": ("fusionplan.app.cli.plan:sweep_cmd", "DRAM traffic of MODEL across buffer sizes."),
-    "zoo": ("fusionplan.app.cli.zoo:zoo_group", "The built-in model zoo (torchvision, no weights)."),
+    "zoo": (
+        "fusionplan.app.cli.zoo:zoo_group",
+        "The built-in model zoo (torchvision, no weights).",
+    ),
     "dataset": ("fusionplan.app.cli.dataset:dataset_group", "Fusion-group datasets for GNNs."),
     "train": ("fusionplan.app.cli.train:train_group", "Train the GIN and the explainers."),
     "bench": ("fusionplan.app.cli.bench:bench_group", "Reproduce the paper; measure speed."),

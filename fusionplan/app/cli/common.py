@@ -73,7 +73,10 @@ class RegistryChoice(click.ParamType):
         for name in self.registry.names():
             if name.lower() == text.lower():
                 return name
-        self.fail(f"{text!r} is not one of {', '.join(self.registry.names())}", param, ctx)
+        try:
+            self.registry.check(text)
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def scheme_option(**kwargs: Any):

@@ -14,6 +14,7 @@ from fusionplan.app.cli.common import progress_bar
 def dataset_group() -> None:
     """Fusion-group datasets for training the GNN validity classifier."""
 
+
 @dataset_group.command("generate")
 @click.option(
     "-o",

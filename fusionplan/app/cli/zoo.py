@@ -16,11 +16,11 @@ from fusionplan.app.cli.common import print_table
 def zoo_group() -> None:
     """The built-in model zoo (torchvision architectures exported to ONNX, no weights)."""
 
+
 @zoo_group.command("list")
 @click.option("--json", "as_json", is_flag=True)
 def zoo_list(as_json: bool) -> None:
     """List zoo models, their input sizes and whether they are cached."""
-
     rows = list_zoo()
     if as_json:
         click.echo(json.dumps([asdict(r) for r in rows], indent=2))
