@@ -136,9 +136,9 @@ def test_matches_brute_force(seed, scheme):
     opt, opt_plan, _ = brute_force(seed, scheme)
     problem = case_problem(seed, scheme)
     result = make_search("exact").run(problem, 0)
-    assert result.extra["optimal"] is True
+    assert result.exact.optimal is True
     assert result.best.dram == opt, f"exact {result.best.dram} B, brute force {opt} B"
-    assert result.extra["lower_bound_bytes"] == opt
+    assert result.exact.lower_bound_bytes == opt
     assert problem.proposed == result.proposed == 1
     problem.to_plan(result.best).validate()
     # the plan the brute force found is accepted by the independent checker too
@@ -167,15 +167,16 @@ def test_cases_exercise_fusion_and_invalid_groups():
 
 @pytest.mark.parametrize("seed,scheme", CASES[::4])
 def test_without_buffer_pruning_same_optimum(seed, scheme):
-    """A scheme the search has no monotonicity proof for is searched without stopping at
-    groups that do not fit (slower, same optimum)."""
+    """A scheme that does not declare its buffer monotone over down-sets is searched
+    without stopping at groups that do not fit (slower, same optimum)."""
 
-    class Unproven(cost_model_class(scheme)):  # same costs, but not LBDF / BRR itself
-        pass
+    class Unproven(cost_model_class(scheme)):  # same costs, no monotonicity declared
+        def monotone_over_downsets(self) -> bool:
+            return False
 
     problem = case_problem(seed, scheme, cls=Unproven)
     result = make_search("exact").run(problem, 0)
-    assert result.extra["pruned_by_buffer"] is False
+    assert result.exact.pruned_by_buffer is False
     assert result.best.dram == brute_force(seed, scheme)[0]
 
 
@@ -185,9 +186,9 @@ def test_time_limit_gives_valid_plan_and_lower_bound(seed, scheme):
     opt = brute_force(seed, scheme)[0]
     problem = case_problem(seed, scheme)
     result = make_search("exact", time_limit_s=1e-9).run(problem, 0)
-    lower = result.extra["lower_bound_bytes"]
+    lower = result.exact.lower_bound_bytes
     assert lower <= opt <= result.best.dram
-    assert result.extra["optimal"] == (lower == result.best.dram)
+    assert result.exact.optimal == (lower == result.best.dram)
     assert problem.proposed == 1
     problem.to_plan(result.best).validate()
 
@@ -200,23 +201,23 @@ def _medium_graph_problem(scheme: str = "brr", seed: int = 1) -> FusionProblem:
 
 def test_timeout_on_a_larger_graph():
     full = make_search("exact").run(_medium_graph_problem(), 0)
-    assert full.extra["optimal"] and full.extra["states"] > 100
+    assert full.exact.optimal and full.exact.states > 100
     opt = full.best.dram
     problem = _medium_graph_problem()
     cut = make_search("exact", time_limit_s=1e-9).run(problem, 0)
-    extra = cut.extra
-    assert extra["optimal"] is False and extra["status"] == "time limit"
-    assert extra["lower_bound_bytes"] <= opt < cut.best.dram
-    assert extra["gap"] > 0
+    bound = cut.exact
+    assert bound.optimal is False and bound.status == "time limit"
+    assert bound.lower_bound_bytes <= opt < cut.best.dram
+    assert bound.gap > 0
     problem.to_plan(cut.best).validate()
     # limits that stop A* part-way (with or without the greedy dive): the bound holds
     for limit in (0.01, 0.03, 0.1):
         for dive in (False, True):
             problem = _medium_graph_problem()
             mid = make_search("exact", time_limit_s=limit, greedy_dive=dive).run(problem, 0)
-            lower = mid.extra["lower_bound_bytes"]
+            lower = mid.exact.lower_bound_bytes
             assert lower <= opt <= mid.best.dram
-            assert mid.extra["optimal"] == (lower == mid.best.dram)
+            assert mid.exact.optimal == (lower == mid.best.dram)
             problem.to_plan(mid.best).validate()
 
 
@@ -238,7 +239,7 @@ def test_mini_net_against_searches():
     graph = to_graph(mini_net())
     for scheme, buffer in (("lbdf", 8 * 1024), ("brr", 6 * 1024)):
         exact = make_search("exact").run(make_problem(graph, scheme, buffer), 0)
-        assert exact.extra["optimal"]
+        assert exact.exact.optimal
         for name, budget in (("ls", 1000), ("nsga2", 300)):
             problem = make_problem(graph, scheme, buffer, budget)
             assert exact.best.dram <= make_search(name).run(problem, 0).best.dram
@@ -288,7 +289,7 @@ def test_max_downsets_option():
     problem = make_problem(graph, "brr", small_buffer(BRR, graph, 5))
     with pytest.raises(ConfigError, match=rf"limit {count - 1:,}\)"):
         make_search("exact", max_downsets=count - 1).run(problem, 0)
-    assert make_search("exact", max_downsets=count).run(problem, 0).extra["downsets"] == count
+    assert make_search("exact", max_downsets=count).run(problem, 0).exact.downsets == count
 
 
 # ------------------------------------------------------------------------ protocol
@@ -324,14 +325,14 @@ def test_registry_options_and_budget():
 def test_deterministic(scheme):
     runs = [make_search("exact").run(_medium_graph_problem(scheme), s) for s in (0, 1)]
     assert runs[0].best.groups == runs[1].best.groups
-    assert runs[0].extra == runs[1].extra
+    assert runs[0].exact == runs[1].exact
 
 
 def test_all_ops_unfusable():
     graph = random_dag(7, n_nodes=8)
     problem = make_problem(graph, "lbdf", 1)  # nothing fits
     result = make_search("exact").run(problem, 0)
-    assert result.extra["optimal"]
+    assert result.exact.optimal
     assert result.best.groups == tuple(1 << v for v in range(len(graph)))
 
 

@@ -110,7 +110,7 @@ def test_returns_valid_plan_and_spends_budget_exactly(graph, name, scheme, buffe
     problem, result = run(graph, name, scheme=scheme, buffer=buffer, splitter=splitter,
                           budget=37)  # fmt: skip
     assert problem.proposed == problem.budget == result.proposed == 37
-    plan = problem.to_plan(result.best, result.info()).validate()
+    plan = problem.to_plan(result.best, result).validate()
     assert plan.metrics.dram_bytes == result.best.dram
     assert plan.metrics.mbu_bytes == result.best.mbu
     # trace: strictly improving, ends at the best, positions within the budget
@@ -237,7 +237,7 @@ def test_config_objects_and_options_agree(graph):
     a = LocalSearch(cfg).run(make_problem(graph, budget=30), 1)
     b = make_search("ls", top_k=4, selection="uniform").run(make_problem(graph, budget=30), 1)
     assert a.best.groups == b.best.groups and a.trace == b.trace
-    assert a.extra["search_config"]["top_k"] == 4
+    assert a.config["top_k"] == 4
     n = NSGA2Search(NSGA2Config(pop_size=6, crossover="uniform"))
     assert n.config.pop_size == 6 and n.name == "nsga2"
     assert make_search("nsga2", pop_size=6).config.pop_size == 6

@@ -27,6 +27,7 @@ from fusionplan.planning.split import (
     TreeConfig,
     TreeSplitter,
     group_edges,
+    make_splitter,
     positions_between,
 )
 from tests.onnx_builders import residual_block, strided_chain, to_graph
@@ -85,10 +86,6 @@ def check_split(cm, group, parts) -> None:
         assert cm.compute_uncached(p).valid or p.bit_count() == 1
         assert is_weakly_connected(cm.graph, p)
     assert quotient_order(cm.graph, list(parts)) is not None
-
-
-def make_splitter(kind: str, cm, seed: int = 0):
-    return RandomSplitter(cm, seed) if kind == "random" else TreeSplitter(cm, CostModelRanker(cm))
 
 
 # ----------------------------------------------------------------------------- cover, valid, sound
