@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from accel_model import Accelerator, make_cost_model, scheme_names, unfusable_nodes
+from accel_model import COST_MODELS, Accelerator, make_cost_model, unfusable_nodes
 from data import zoo
 from data.features import (
     BUFFER_COLUMN,
@@ -79,7 +79,6 @@ FORMAT_NAME = "fusionplan-groups"
 FORMAT_VERSION = 1
 """Bump when the shard layout or the sampling procedure changes."""
 
-SCHEMES: tuple[str, ...] = ("lbdf", "brr")
 BUFFERS_KB: tuple[int, ...] = (128, 256, 512, 1024, 2048)
 SIZE_BINS: tuple[tuple[int, int], ...] = (
     (1, 1),
@@ -535,7 +534,7 @@ def plan_generation(
     models: Sequence[str] | None = None,
     unseen_models: Sequence[str] | None = None,
     buffers_kb: Sequence[int] = BUFFERS_KB,
-    schemes: Sequence[str] = SCHEMES,
+    schemes: Sequence[str] | None = None,
     bytes_per_element: int = 1,
 ) -> GenerationPlan:
     """Resolve models (exporting zoo models on first use) and derive every shard's spec.
@@ -553,12 +552,8 @@ def plan_generation(
     buffers_kb = tuple(int(b) for b in buffers_kb)
     if not buffers_kb or min(buffers_kb) <= 0 or len(set(buffers_kb)) != len(buffers_kb):
         raise ConfigError(f"buffer sizes must be distinct positive KB values, got {buffers_kb}")
-    schemes = tuple(s.lower() for s in schemes)
-    for s in schemes:
-        if s not in scheme_names():
-            raise ConfigError(
-                f"unknown fusion scheme '{s}' (choose from {', '.join(scheme_names())})"
-            )
+    # every registered scheme by default, in registration order (lbdf, brr)
+    schemes = tuple(COST_MODELS.check(s.lower()) for s in (schemes or COST_MODELS.names()))
     train = [_model_ref(m) for m in (TRAIN_MODELS if models is None else models)]
     unseen = [_model_ref(m) for m in (UNSEEN_MODELS if unseen_models is None else unseen_models)]
     both = sorted(
@@ -685,7 +680,7 @@ def generate_dataset(
     models: Sequence[str] | None = None,
     unseen_models: Sequence[str] | None = None,
     buffers_kb: Sequence[int] = BUFFERS_KB,
-    schemes: Sequence[str] = SCHEMES,
+    schemes: Sequence[str] | None = None,
     bytes_per_element: int = 1,
     processes: int = DEFAULT_PROCESSES,
     overwrite: bool = False,

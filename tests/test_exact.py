@@ -269,12 +269,10 @@ def wide_dag(branches: int, length: int) -> OpGraph:
     return OpGraph.build("wide", nodes, tensors, [0], [acc])
 
 
-def test_refuses_a_wide_graph_quickly():
-    t0 = time.perf_counter()
+def test_refuses_a_wide_graph():
     problem = make_problem(wide_dag(16, 3), "lbdf", 64 * 1024)
     with pytest.raises(ConfigError) as err:
         make_search("exact").run(problem, 0)
-    assert time.perf_counter() - t0 < 2.0
     msg = str(err.value)
     assert "\n" not in msg
     assert msg.startswith("exact search refused: model wide has more than ")
@@ -408,3 +406,11 @@ def test_count_downsets(seed):
     total = _count_by_subsets(graph)
     count, exact = count_downsets(graph, total - 1)
     assert not exact and count > total - 1
+
+
+@pytest.mark.bench
+def test_refusal_is_quick():
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError):
+        make_search("exact").run(make_problem(wide_dag(16, 3), "lbdf", 64 * 1024), 0)
+    assert time.perf_counter() - t0 < 2.0

@@ -419,6 +419,7 @@ def test_pg_trains_after_gnnexplainer_touched_the_model(motif_models):
     assert history[-1] < history[0]
 
 
+@pytest.mark.bench
 def test_gnne_default_cost_per_group(explainers_by_name):
     """GNNExplainer's default (30 steps) stays cheap enough for a search: < 0.5 s on a
     17-op group even on a loaded 2-core machine (measured ~40-80 ms)."""
