@@ -27,7 +27,6 @@ disjoint, so shards of one model never overlap and the whole dataset is free of 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -48,7 +47,6 @@ from typing import Any
 import numpy as np
 
 from accel_model import COST_MODELS, Accelerator, make_cost_model, unfusable_nodes
-from data import zoo
 from data.features import (
     BUFFER_COLUMN,
     FEATURE_NAMES,
@@ -61,13 +59,12 @@ from data.features import (
 from data.zoo import (
     TRAIN_MODELS,
     UNSEEN_MODELS,
-    ZOO_FORMAT_VERSION,
-    _dist_version,
     cache_dir,
     cache_file_name,
     load_zoo_model,
     model_source,
     zoo_entry,
+    zoo_variant_path,
 )
 from fusionplan.ir.errors import ConfigError, FusionPlanError
 from fusionplan.ir.graph import bits
@@ -235,7 +232,7 @@ def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
 
     Three forms: a zoo name (``resnet18``), a zoo name at another input size
     (``resnet18@448``: the same torchvision network exported at 448x448, see
-    :func:`zoo_variant_path`), or an ONNX file (its name is its stem made safe for shard
+    :func:`data.zoo.zoo_variant_path`), or an ONNX file (its name is its stem made safe for shard
     file names, its source its absolute path). Raises ``ModelError`` for an unknown zoo
     name or a missing file, ``ConfigError`` for a bad size.
     """
@@ -252,31 +249,7 @@ def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
     if not size.isdigit() or not 32 <= int(size) <= 4096:
         raise ConfigError(f"model {text!r}: the input size after '@' must be 32..4096 pixels")
     name = f"{entry.name}@{int(size)}"
-    return name, name, _variant_file_name(entry.name, int(size))
-
-
-def _variant_file_name(name: str, size: int) -> str:
-    return (
-        f"{name}-{size}x{size}-torch{_dist_version('torch')}"
-        f"-tv{_dist_version('torchvision')}-v{ZOO_FORMAT_VERSION}.onnx"
-    )
-
-
-def zoo_variant_path(name: str, size: int) -> Path:
-    """The cached ONNX export of zoo network ``name`` at a square ``size`` input, exported
-    on first use exactly as the zoo exports its own (seeded, TorchScript exporter, external
-    weights, atomic publication), under the zoo cache with the zoo's naming scheme. At the
-    zoo's own size this is the zoo file itself."""
-
-    entry = zoo.zoo_entry(name)
-    if entry.input_shape[2:] == (size, size):
-        return zoo.zoo_path(entry.name)
-    path = zoo.cache_dir() / _variant_file_name(entry.name, size)
-    if not (path.is_file() and zoo.data_path(path).is_file()):
-        variant = dataclasses.replace(entry, input_shape=(1, 3, size, size))
-        proto = zoo._export_proto(variant)
-        write_atomic(path, lambda tmp: zoo._save_external(proto, path, tmp))
-    return path
+    return name, name, cache_file_name(entry.name, int(size))
 
 
 def _load_graph(source: str, name: str):

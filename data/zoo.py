@@ -25,6 +25,7 @@ graph), so concurrent processes never see a half-written or weightless model.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import shutil
@@ -255,14 +256,16 @@ def _dist_version(dist: str) -> str:
     return version.split("+", 1)[0]
 
 
-def cache_file_name(name: str) -> str:
-    """E.g. ``resnet18-224x224-torch2.14.1-tv0.29.1-v1.onnx``.
+def cache_file_name(name: str, size: int | None = None) -> str:
+    """E.g. ``resnet18-224x224-torch2.14.1-tv0.29.1-v1.onnx``; ``size`` names a square-input
+    variant of the network (default: the zoo's own input size).
 
     A new torch/torchvision may export a different graph, so versions are part of the key.
     """
     entry = zoo_entry(name)
+    hw = f"{size}x{size}" if size is not None else entry.input_size
     return (
-        f"{entry.name}-{entry.input_size}-torch{_dist_version('torch')}"
+        f"{entry.name}-{hw}-torch{_dist_version('torch')}"
         f"-tv{_dist_version('torchvision')}-v{ZOO_FORMAT_VERSION}.onnx"
     )
 
@@ -288,6 +291,21 @@ def zoo_path(name: str) -> Path:
     path = cache_dir() / cache_file_name(name)
     if not (path.is_file() and data_path(path).is_file()):
         export_model(name, path)
+    return path
+
+
+def zoo_variant_path(name: str, size: int) -> Path:
+    """The cached ONNX export of zoo network ``name`` at a square ``size`` input, exported
+    on first use exactly as the zoo exports its own (seeded, TorchScript exporter, external
+    weights, atomic publication). At the zoo's own size this is the zoo file itself."""
+    entry = zoo_entry(name)
+    if entry.input_shape[2:] == (size, size):
+        return zoo_path(entry.name)
+    path = cache_dir() / cache_file_name(entry.name, size)
+    if not (path.is_file() and data_path(path).is_file()):
+        variant = dataclasses.replace(entry, input_shape=(1, 3, size, size))
+        proto = _export_proto(variant)
+        write_atomic(path, lambda tmp: _save_external(proto, path, tmp))
     return path
 
 

@@ -1,0 +1,26 @@
+"""Graph pre-passes that run before fusion planning (docs/design.md, "Plug points").
+
+A pass rewrites or annotates an ONNX model upstream of the planner: graph substitution,
+stream scheduling, dynamic batching (one subpackage each, ``substitution/``, ``streams/``,
+``batching/``). Each registers a factory in :data:`PASSES`; the planner and the CLI find
+passes by name there. No builtin pass is registered yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from fusionplan.ir.registry import Registry
+
+
+class Pass(Protocol):
+    """ONNX model in, ONNX model out, plus a JSON-friendly report of what changed."""
+
+    name: str
+
+    def run(self, model: Any) -> tuple[Any, dict[str, Any]]: ...
+
+
+PASSES: Registry[Callable[..., Pass]] = Registry("pass")
+"""Pass name -> ``factory(**options)``."""
