@@ -1,4 +1,4 @@
-"""BRR: buffer-requirement reduction, Optimus-style (DESIGN section 5.2).
+"""BRR: buffer-requirement reduction, Optimus-style (docs/cost-model.md, "BRR").
 
 Only feature rows must fit: the group is evaluated one output row band at a time, each node
 keeping the rows its consumers need; weights that do not fit beside them are streamed from

@@ -1,4 +1,4 @@
-"""LBDF: line-buffer depth-first fusion (DESIGN section 5.1).
+"""LBDF: line-buffer depth-first fusion (docs/cost-model.md, "LBDF").
 
 Rows stream through the whole group and every weight stays on chip, so the buffer holds
 all weights, a K_h-row line buffer per activation input, and the extra rows a join must hold

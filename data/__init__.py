@@ -1,23 +1,22 @@
 """Data: the model zoo (torchvision -> ONNX, cached) and fusion-group datasets.
 
-``data.dataset`` (generation, on-disk format, numpy reader) is numpy-only; the
-``torch_geometric`` dataset class over it is :class:`explainers.dataset.FusionGroupDataset`.
+The dataset modules are numpy-only: ``data.dataset`` (generation), ``data.sampling``
+(sampling and labelling), ``data.shards`` (on-disk format), ``data.reader`` (numpy reader);
+the ``torch_geometric`` dataset class over them is
+:class:`explainers.dataset.FusionGroupDataset`.
 """
 
 from data.dataset import (
     BUFFERS_KB,
     DEFAULT_GROUPS,
     DEFAULT_UNSEEN_GROUPS,
-    FORMAT_VERSION,
-    DatasetError,
     GenerationPlan,
-    GroupDataset,
     default_dataset_dir,
     generate_dataset,
-    load_dataset,
     plan_generation,
-    read_manifest,
 )
+from data.reader import GroupDataset, load_dataset, read_manifest
+from data.shards import FORMAT_VERSION, DatasetError
 from data.zoo import (
     TRAIN_MODELS,
     UNSEEN_MODELS,

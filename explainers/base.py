@@ -3,7 +3,7 @@
 A *sample* is one fusion group as the GIN sees it: a ``torch_geometric.data.Data`` (or any
 object) with ``x`` (node features, :mod:`data.features`) and ``edge_index``
 (producer -> consumer, local node indices). An explanation ranks the sample's edges, most
-responsible for the explained class first. For splitting (DESIGN section 6) the explained
+responsible for the explained class first. For splitting (docs/design.md, "Splitting") the explained
 class is "invalid".
 
 The layout follows ``torch_geometric.explain``: a front class, :class:`Explainer`, owns the
@@ -89,7 +89,8 @@ class Explainer:
     """Front: a trained classifier plus one explanation algorithm.
 
     ``explain(sample, target=None)`` explains ``target`` (default: the class the classifier
-    predicts for the sample, as DESIGN section 7 asks for PyG's phenomenon explanations).
+    predicts for the sample, as docs/design.md, "GNN pipeline", asks for PyG's phenomenon
+    explanations).
     The classifier is switched to ``eval()`` and its parameters are frozen
     (``requires_grad=False``): explainers only read it, and backward passes get cheaper.
     """

@@ -15,7 +15,7 @@ sizes). Fields of each ``Data``:
 * ``y`` (1,) int64: 1 if the group is valid at this buffer (``F_beta < beta``), else 0;
 * ``buffer_bytes``, ``f_beta``, ``dram`` (1,) int64: buffer size, F_beta and F_D in bytes;
 * ``model`` (1,) int64: index into ``dataset.models``; ``group`` (1,) int64: index of the
-  group in the loaded :class:`data.dataset.GroupDataset` (its bitmask:
+  group in the loaded :class:`data.reader.GroupDataset` (its bitmask:
   ``dataset.group_mask(int(data.group))``); ``buffer_index`` (1,) int64;
 * ``node_id`` (nodes,) int64: the nodes' topological labels in the model's op graph.
 
@@ -25,7 +25,7 @@ five buffer sizes of a group never straddle train and test): ``train``/``val``/`
 held-out networks) and ``all``.
 
 This module lives in ``explainers`` (not ``data``) because it needs torch; the format and
-its numpy reader are in :mod:`data.dataset`.
+its numpy reader are in :mod:`data.shards` and :mod:`data.reader`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
-from data.dataset import GroupDataset, default_dataset_dir, load_dataset
+from data.dataset import default_dataset_dir
+from data.reader import GroupDataset, load_dataset
 from fusionplan.ir.errors import ConfigError
 
 SPLITS = ("train", "val", "test", "unseen", "all")

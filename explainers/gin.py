@@ -1,4 +1,5 @@
-"""The GIN validity classifier (DESIGN section 7): is this fusion group valid at this buffer?
+"""The GIN validity classifier: is this fusion group valid at this buffer?
+(docs/design.md, "GNN pipeline")
 
 Four ``GINConv`` layers (hidden 128, ReLU), sum readout, a linear head with two logits
 (0 = invalid, 1 = valid). The buffer size enters as a node feature, so one model per scheme

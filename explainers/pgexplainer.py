@@ -8,8 +8,8 @@ group with a single forward pass -- no per-group optimisation, so it is cheap in
 Conventions here:
 
 * PyG's PGExplainer supports only ``explanation_type='phenomenon'``; the target passed while
-  training is the class the GIN *predicts* (DESIGN section 7), which makes the phenomenon the
-  model's own decision.
+  training is the class the GIN *predicts* (docs/design.md, "GNN pipeline"), which makes the
+  phenomenon the model's own decision.
 * Training uses only samples the GIN predicts **invalid**: splitting asks for explanations of
   invalid groups only, and one mask MLP serves every class (at inference PyG's PGExplainer
   ignores the target), so valid-predicted samples would teach it the masks that *preserve

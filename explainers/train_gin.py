@@ -4,7 +4,7 @@
 written by :func:`data.dataset.generate_dataset`: samples are (group, buffer size) pairs, the
 label is the cost model's validity under the scheme at that buffer, the buffer enters as a
 node feature (``with_buffer``). Split 80/10/10 **by group** over the training networks
-(:meth:`data.dataset.GroupDataset.split`); the held-out networks (ResNet-50, ResNet-152,
+(:meth:`data.reader.GroupDataset.split`); the held-out networks (ResNet-50, ResNet-152,
 DeepLabV3+MBv3) form the ``unseen`` set. Adam, cross-entropy, ``epochs`` passes over the
 training split; the weights of the epoch with the best validation accuracy are kept,
 evaluated on the test split and on the unseen set, and saved with
@@ -46,8 +46,9 @@ import torch
 import torch_geometric
 from torch import nn
 
-from data.dataset import default_dataset_dir, load_dataset
+from data.dataset import default_dataset_dir
 from data.features import FEATURE_VERSION
+from data.reader import load_dataset
 from explainers.checkpoints import (
     save_checkpoint,
 )

@@ -1,4 +1,4 @@
-"""Exact optimum: A* (a memoised DP) over the down-sets of the op graph (DESIGN section 8).
+"""Exact optimum: A* (a memoised DP) over the down-sets of the op graph (docs/design.md, "Search").
 
 ``make_search("exact", time_limit_s=60, max_downsets=200_000)`` minimises total DRAM
 (the sum of group ``F_D``, unfusable singletons included) over *all* valid plans.
@@ -68,7 +68,8 @@ moved by some group still to run (a group reads a tensor produced outside it and
 a graph output; BRR reads weights ``tiles >= 1`` times), so h is admissible; it is also
 consistent (``h(D) <= cost(G) + h(D | G)``), so a state's g is final when it is expanded
 and ``min f`` over the open states is a **lower bound** on the optimum at any time. At the
-empty set h is the model's compulsory traffic (DESIGN 5.3) restricted to tensors in use.
+empty set h is the model's compulsory traffic
+(docs/cost-model.md, "Unfusable ops, plan metrics, lower bound") restricted to tensors in use.
 
 Anytime behaviour. A greedy dive (repeatedly take the transition that adds the least
 unavoidable traffic per node) gives an upper bound before A* starts; A* prunes states

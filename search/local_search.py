@@ -1,4 +1,4 @@
-"""Local search (LS): mutation-only evolution over the top-K plans (DESIGN section 8).
+"""Local search (LS): mutation-only evolution over the top-K plans (docs/design.md, "Search").
 
 1. Propose ``initial`` random plans (:meth:`FusionProblem.random_cuts`, the random-search
    distribution; they count against the budget) and keep the ``top_k`` best distinct ones.

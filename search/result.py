@@ -61,7 +61,7 @@ class Recorder:
                 f"{self.problem.proposed} already spent (budget must leave >= 1 plan)"
             )
         p = self.problem
-        p.to_plan(self.best).validate()  # DESIGN 4: every search checks what it reports
+        p.to_plan(self.best).validate()  # every search checks what it reports
         cm, st = p.cost_model, p.splitter.stats
         queries = cm.stats.queries - self._q0
         hits = cm.stats.hits - self._h0

@@ -1,4 +1,4 @@
-"""The ``fusionplan`` command line (DESIGN 11).
+"""The ``fusionplan`` command line (docs/design.md, "Data flow").
 
 Successful runs go through ``click.testing.CliRunner`` (in process); exit codes and error
 output go through the installed console script (``fusionplan.app.cli:main``) in a subprocess,

@@ -1,6 +1,6 @@
-"""BRR cost model (DESIGN 5.2) against hand arithmetic on tiny graphs.
+"""BRR cost model (docs/cost-model.md, "BRR") against hand arithmetic on tiny graphs.
 
-Every expected number is written out from the DESIGN formulas; nothing is derived by calling
+Every expected number is written out from the cost-model formulas; nothing is derived by calling
 the code under test. For a node v with output (C, H, W): h(v) = 1 on last nodes, else
 max over in-group consumers c of min((h(c) - 1) * S_c + K_c, H_out(v)); external inputs get
 rows the same way (capped at their height). footprint = sum C*W*h (+ external input rows),

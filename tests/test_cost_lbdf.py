@@ -1,6 +1,6 @@
-"""LBDF cost model (DESIGN 5.1) against hand arithmetic on tiny graphs.
+"""LBDF cost model (docs/cost-model.md, "LBDF") against hand arithmetic on tiny graphs.
 
-Every expected number is written out from the DESIGN formulas; nothing is derived by calling
+Every expected number is written out from the cost-model formulas; nothing is derived by calling
 the code under test. Row size of a tensor (C, H, W) is W * C elements.
 
     F_beta = b * (W(g) + line + skip)        F_D = DRAM_io(g) + b * W(g)

@@ -18,6 +18,7 @@ import pytest
 
 from accel_model import Accelerator, make_cost_model
 from data import dataset as ds
+from data import reader, shards
 from data.features import group_features, node_feature_table, with_buffer
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import bits, is_weakly_connected
@@ -65,7 +66,7 @@ def _shard_hashes(manifest):
 # ----------------------------------------------------------------------------- manifest
 def test_manifest_describes_the_dataset(generated):
     out, m = generated
-    assert m["format"] == ds.FORMAT_NAME and m["format_version"] == ds.FORMAT_VERSION
+    assert m["format"] == shards.FORMAT_NAME and m["format_version"] == shards.FORMAT_VERSION
     assert m["complete"] is True
     assert m["buffers_kb"] == list(TINY_BUFFERS_KB) and m["schemes"] == ["lbdf", "brr"]
     assert [mi["name"] for mi in m["models"]] == ["tiny_a", "tiny_b", "tiny_u"]
@@ -73,10 +74,10 @@ def test_manifest_describes_the_dataset(generated):
     counts = m["counts"]
     assert 0 < counts["train"]["groups"] <= GROUPS and 0 < counts["unseen"]["groups"] <= UNSEEN
     assert counts["train"]["samples_per_scheme"] == 5 * counts["train"]["groups"]
-    assert json.loads((out / ds.MANIFEST).read_text()) == m
+    assert json.loads((out / shards.MANIFEST).read_text()) == m
     for s in m["shards"]:
         assert (out / s["file"]).is_file()
-        assert ds.file_sha256(out / s["file"]) == s["sha256"]
+        assert shards.file_sha256(out / s["file"]) == s["sha256"]
         assert s["groups"] <= s["quota"]
     # both labels occur under both schemes (the buffers were chosen for this model size)
     for scheme in ("lbdf", "brr"):
@@ -112,8 +113,10 @@ def test_other_seed_other_groups(tmp_path, models, generated):
 
 
 def test_shard_seeds_are_stable():
-    assert ds.shard_seed(0, "resnet18", 3) == ds.shard_seed(0, "resnet18", 3)
-    assert len({ds.shard_seed(s, m, b) for s in (0, 1) for m in ("a", "b") for b in (0, 1)}) == 8
+    assert shards.shard_seed(0, "resnet18", 3) == shards.shard_seed(0, "resnet18", 3)
+    assert (
+        len({shards.shard_seed(s, m, b) for s in (0, 1) for m in ("a", "b") for b in (0, 1)}) == 8
+    )
 
 
 def test_split_quota_is_exact_and_proportional():
@@ -142,7 +145,7 @@ def test_resume_rebuilds_only_the_missing_shard(tmp_path, models, generated):
 
 def test_interrupted_run_leaves_no_partial_file_and_resumes(tmp_path, models, monkeypatch):
     out = tmp_path / "i"
-    real = ds.write_npz
+    real = shards.write_npz
     written = []
 
     def flaky(path, arrays):
@@ -152,15 +155,15 @@ def test_interrupted_run_leaves_no_partial_file_and_resumes(tmp_path, models, mo
         written.append(path)
         real(path, arrays)
 
-    monkeypatch.setattr(ds, "write_npz", flaky)
+    monkeypatch.setattr(ds, "write_npz", flaky)  # build_shard looks it up in data.dataset
     with pytest.raises(KeyboardInterrupt):
         _generate(out, models)
-    leftovers = sorted(p.name for p in (out / ds.SHARD_DIR).iterdir())
+    leftovers = sorted(p.name for p in (out / shards.SHARD_DIR).iterdir())
     assert len(leftovers) == 3 and not any(n.startswith(".") for n in leftovers)
-    partial = json.loads((out / ds.MANIFEST).read_text())
+    partial = json.loads((out / shards.MANIFEST).read_text())
     assert partial["complete"] is False and len(partial["shards"]) == 3
-    with pytest.raises(ds.DatasetError, match="incomplete"):
-        ds.load_dataset(out)
+    with pytest.raises(shards.DatasetError, match="incomplete"):
+        reader.load_dataset(out)
 
     monkeypatch.setattr(ds, "write_npz", real)
     done = _generate(out, models)
@@ -171,10 +174,10 @@ def test_a_finished_shard_missing_from_the_manifest_is_kept(tmp_path, models):
     """A run killed between writing a shard and recording it keeps that shard."""
     out = tmp_path / "k"
     first = _generate(out, models)
-    manifest = json.loads((out / ds.MANIFEST).read_text())
+    manifest = json.loads((out / shards.MANIFEST).read_text())
     manifest["shards"] = manifest["shards"][:2]
     manifest["complete"] = False
-    (out / ds.MANIFEST).write_text(json.dumps(manifest))
+    (out / shards.MANIFEST).write_text(json.dumps(manifest))
     mtimes = {s["file"]: (out / s["file"]).stat().st_mtime_ns for s in first["shards"]}
     again = _generate(out, models)
     assert again["shards_built"] == 0 and _shard_hashes(again) == _shard_hashes(first)
@@ -197,7 +200,7 @@ def test_other_parameters_need_overwrite(tmp_path, models):
     with pytest.raises(ConfigError, match="overwrite"):
         _generate(out, models, seed=9)
     replaced = _generate(out, models, seed=9, overwrite=True)
-    assert replaced["seed"] == 9 and ds.load_dataset(out).manifest["seed"] == 9
+    assert replaced["seed"] == 9 and reader.load_dataset(out).manifest["seed"] == 9
 
 
 def test_bad_arguments_are_config_errors(tmp_path, models):
@@ -214,7 +217,7 @@ def test_bad_arguments_are_config_errors(tmp_path, models):
 # ----------------------------------------------------------------------------- content
 def test_every_stored_group_agrees_with_the_cost_model(generated, models):
     out, _ = generated
-    data = ds.load_dataset(out)
+    data = reader.load_dataset(out)
     graphs = {Path(p).stem: load_model(p, name=Path(p).stem) for p in models}
     seen = set()
     for name, graph in graphs.items():
@@ -252,14 +255,14 @@ def test_every_stored_group_agrees_with_the_cost_model(generated, models):
 def test_groups_fall_in_their_size_bins_and_are_sorted(generated):
     out, m = generated
     for s in m["shards"]:
-        arrays = ds.read_npz(out / s["file"])
+        arrays = shards.read_npz(out / s["file"])
         masks = [int(h, 16) for h in arrays["mask"]]
         assert masks == sorted(masks) and len(set(masks)) == len(masks)
         lo, hi = s["size_range"]
         assert all(lo <= g.bit_count() <= hi for g in masks)
         assert arrays["meta"].shape == ()
         meta = json.loads(str(arrays["meta"][()]))
-        assert meta["spec"] == s["spec"] == ds.read_shard_spec(out / s["file"])
+        assert meta["spec"] == s["spec"] == shards.read_shard_spec(out / s["file"])
 
 
 def test_shards_are_plain_npy_members_without_pickles(generated):
@@ -268,7 +271,7 @@ def test_shards_are_plain_npy_members_without_pickles(generated):
     with zipfile.ZipFile(path) as zf:
         assert all(i.filename.endswith(".npy") for i in zf.infolist())
         assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
-    arrays = ds.read_npz(path)
+    arrays = shards.read_npz(path)
     assert all(a.dtype != object for a in arrays.values())
 
 
@@ -276,14 +279,14 @@ def test_object_arrays_are_refused(tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, meta=np.array([{"a": 1}], dtype=object))
     with pytest.raises(ValueError, match="pickle"):
-        ds.read_npz(bad)
-    assert ds.read_shard_spec(bad) is None
+        shards.read_npz(bad)
+    assert shards.read_shard_spec(bad) is None
 
 
 # ----------------------------------------------------------------------------- reader
 def test_split_is_by_group_deterministic_and_80_10_10(generated):
     out, _ = generated
-    data = ds.load_dataset(out)
+    data = reader.load_dataset(out)
     parts = data.split(0)
     train_groups = data.indices("train")
     joined = np.concatenate([parts["train"], parts["val"], parts["test"]])
@@ -305,18 +308,18 @@ def test_reader_rejects_corrupt_missing_and_foreign_datasets(tmp_path, generated
     shutil.copytree(out, copy)
     victim = copy / m["shards"][0]["file"]
     victim.write_bytes(victim.read_bytes()[:-10] + b"0123456789")
-    with pytest.raises(ds.DatasetError, match="sha256"):
-        ds.load_dataset(copy)
+    with pytest.raises(shards.DatasetError, match="sha256"):
+        reader.load_dataset(copy)
     victim.unlink()
-    with pytest.raises(ds.DatasetError, match="missing"):
-        ds.load_dataset(copy)
-    with pytest.raises(ds.DatasetError, match="no dataset"):
-        ds.load_dataset(tmp_path / "nothing")
-    manifest = json.loads((out / ds.MANIFEST).read_text())
-    manifest["format_version"] = ds.FORMAT_VERSION + 1
-    (copy / ds.MANIFEST).write_text(json.dumps(manifest))
-    with pytest.raises(ds.DatasetError, match=r"format version.*fusionplan dataset generate"):
-        ds.load_dataset(copy)
+    with pytest.raises(shards.DatasetError, match="missing"):
+        reader.load_dataset(copy)
+    with pytest.raises(shards.DatasetError, match="no dataset"):
+        reader.load_dataset(tmp_path / "nothing")
+    manifest = json.loads((out / shards.MANIFEST).read_text())
+    manifest["format_version"] = shards.FORMAT_VERSION + 1
+    (copy / shards.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(shards.DatasetError, match=r"format version.*fusionplan dataset generate"):
+        reader.load_dataset(copy)
 
 
 def test_data_package_exports():

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from data import dataset as ds
+from data import reader
 from data.features import FEATURE_NAMES, NUM_FEATURES
 from explainers import train_gin as tg
 from explainers.checkpoints import CheckpointError, load_checkpoint
@@ -49,7 +50,7 @@ def trained(dataset_dir, tmp_path_factory):
 
 # ----------------------------------------------------------------------------- dataset class
 def test_dataset_class_yields_one_sample_per_group_and_buffer(dataset_dir):
-    data = ds.load_dataset(dataset_dir)
+    data = reader.load_dataset(dataset_dir)
     test = FusionGroupDataset(data, "brr", "test")
     parts = data.split(0)
     assert len(test) == len(parts["test"]) * len(TINY_BUFFERS_KB)
@@ -72,7 +73,7 @@ def test_dataset_class_yields_one_sample_per_group_and_buffer(dataset_dir):
 
 
 def test_splits_do_not_share_groups_and_unseen_is_separate(dataset_dir):
-    data = ds.load_dataset(dataset_dir)
+    data = reader.load_dataset(dataset_dir)
     groups = {
         k: set(FusionGroupDataset(data, "lbdf", k).groups)
         for k in ("train", "val", "test", "unseen")
@@ -89,7 +90,7 @@ def test_splits_do_not_share_groups_and_unseen_is_separate(dataset_dir):
 def test_pyg_loader_batches_match_the_fast_batcher(dataset_dir):
     from torch_geometric.loader import DataLoader
 
-    data = ds.load_dataset(dataset_dir)
+    data = reader.load_dataset(dataset_dir)
     test = FusionGroupDataset(data, "lbdf", "test")
     packed = tg.PackedSamples(data, "lbdf", data.split(0)["test"])
     assert len(packed) == len(test)
@@ -130,7 +131,7 @@ def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
     state, entry = load_checkpoint("gin", "lbdf", weights)  # torch.load(weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())
     assert entry["feature_version"] and entry["gin_config"]["hidden"] == 128
-    assert entry["dataset"]["content_sha256"] == ds.read_manifest(dataset_dir)["content_sha256"]
+    assert entry["dataset"]["content_sha256"] == reader.read_manifest(dataset_dir)["content_sha256"]
     assert entry["metrics"]["test"]["accuracy"] == pytest.approx(m["test"]["accuracy"], abs=1e-5)
     manifest = json.loads((weights / "manifest.json").read_text())
     assert "gin-lbdf.pt" in manifest["checkpoints"]
@@ -152,7 +153,7 @@ def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
     assert clipped[0, FEATURE_NAMES.index("kind_resize")] == 0.0
     with torch.no_grad():
         assert torch.equal(model(wild, edges), model(clipped, edges))
-    data = ds.load_dataset(dataset_dir)
+    data = reader.load_dataset(dataset_dir)
     packed = tg.PackedSamples(data, "lbdf", data.split(0)["test"])
     again = tg.evaluate(model, packed)
     assert again["accuracy"] == pytest.approx(m["test"]["accuracy"])

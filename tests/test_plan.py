@@ -1,4 +1,4 @@
-"""Partition plans (DESIGN 4): the independent checker, metrics, JSON files and ONNX export.
+"""Partition plans (docs/design.md, "Plans"): the independent checker, metrics, JSON files and ONNX export.
 
 Graphs come from ``onnx_builders``; node labels used below:
 

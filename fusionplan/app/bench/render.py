@@ -177,7 +177,7 @@ def _exact_row(results: Results, model: str, scheme: str, buffer: str) -> list[s
 
 
 def never_worse_summary(results: Results, runs: list[Run], seeds: int) -> str:
-    """DESIGN 12: "explainer-driven splitting never worse than random" -- cell counts."""
+    """Cell counts for the target "explainer-driven splitting never worse than random"."""
     cells = sorted({_cell(r) for r in runs if r.splitter != "random"})
     counts: dict[str, list[int]] = {}
     worse: list[str] = []

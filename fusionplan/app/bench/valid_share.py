@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data.dataset import generate_dataset, load_dataset
+from data.dataset import generate_dataset
+from data.reader import load_dataset
 
 
 @dataclass(frozen=True)
