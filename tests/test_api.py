@@ -1,4 +1,4 @@
-"""The Python API (docs/design.md, "Data flow"): ``fp.plan``, ``fp.sweep`` and a cheap ``import fusionplan``.
+"""The Python API: ``fp.plan``, ``fp.sweep`` and a cheap ``import fusionplan``.
 
 The search is ``rs`` with a small budget: these tests are about the API contract.
 

@@ -1,4 +1,4 @@
-"""Partition plans (docs/design.md, "Plans"): the independent checker, metrics, JSON files and ONNX export.
+"""Partition plans: the independent checker, metrics, JSON files and ONNX export.
 
 Graphs come from ``onnx_builders``; node labels used below:
 

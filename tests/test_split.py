@@ -1,4 +1,4 @@
-"""Splitting invalid groups (docs/design.md, "Splitting"): RandomSplitter and TreeSplitter (Algorithm 1).
+"""Splitting invalid groups: RandomSplitter and TreeSplitter (Algorithm 1).
 
 Labels: residual_block 0 stem, 1 conv1, 2 relu1, 3 conv2, 4 add(conv2, stem), 5 relu2;
 strided_chain 0 relu0, 1 conv_s (stride 2), 2 conv_b, 3 conv_c.
