@@ -1,10 +1,10 @@
 """Graph features of one fusion group: the input of the GIN classifier and the explainers.
 
-A *sample* is (group, scheme, buffer size). Per node (docs/design.md, "GNN pipeline"):
-op-kind one-hot,
-log-scaled input and output shapes, kernel span, stride, log weight count, and the buffer
-size as a node feature, plus a few structural flags. Edges run producer -> consumer inside
-the group, with node indices local to the group (ascending topological label).
+A *sample* is (group, scheme, buffer size). Per node (docs/design.md, "GNN pipeline"): op-
+kind one-hot, log-scaled input and output shapes, kernel span, stride, log weight count, and
+the buffer size as a node feature, plus a few structural flags. Edges run producer ->
+consumer inside the group, with node indices local to the group (ascending topological
+label).
 
 Features are computed with numpy only, so dataset generation does not need torch; the
 buffer column is filled in last because one group is labelled at several buffer sizes.
