@@ -9,4 +9,3 @@ the ``torch_geometric`` dataset class over them is
 Import the module you need (``from data.zoo import zoo_path``): this package re-exports
 nothing, so loading the zoo for planning does not load dataset generation.
 """
-
