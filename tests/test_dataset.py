@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -322,9 +324,11 @@ def test_reader_rejects_corrupt_missing_and_foreign_datasets(tmp_path, generated
         reader.load_dataset(copy)
 
 
-def test_data_package_exports():
-    import data
-
-    for name in ("generate_dataset", "load_dataset", "GroupDataset", "DatasetError"):
-        assert hasattr(data, name)
+def test_planning_does_not_load_dataset_generation():
+    code = (
+        "import sys, data.zoo\nprint('data.dataset' in sys.modules, 'data.reader' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False"]
     assert os.environ.get("FUSIONPLAN_CACHE_DIR")  # tests never touch the user's cache
