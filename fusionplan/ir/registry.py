@@ -101,9 +101,6 @@ class Registry(Generic[T]):
             entry.value = getattr(importlib.import_module(module), attr)
         return entry.value
 
-    def help(self, name: str) -> str:
-        return self._entries[self.check(name)].help
-
     def describe(self) -> str:
         """``name (help) | name (help) ...``: the text CLI options show."""
         parts = [f"{n} ({e.help})" if e.help else n for n, e in self._entries.items()]
