@@ -237,6 +237,7 @@ class Plan:
 
     def summary(self) -> str:
         m, accel = self.metrics, self.cost_model.accel
+        info = self.info  # derived from the search result: build it once
         lines = [
             f"model        {self.graph.name} ({len(self.graph)} ops)",
             f"accelerator  {accel.describe()}",
@@ -247,8 +248,8 @@ class Plan:
             f"MBU          {m.mbu_kb:.1f} KB",
         ]
         for key in ("search", "splitter", "budget", "seed", "wall_time_s"):
-            if key in self.info:
-                lines.append(f"{key:<12} {self.info[key]}")
+            if key in info:
+                lines.append(f"{key:<12} {info[key]}")
         return "\n".join(lines)
 
     def annotate_onnx(self, src: str | Path, dst: str | Path) -> Path:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import fusionplan as fp
+from data.zoo import zoo_names
 
 SEEDS = (0, 1, 2)
 SCHEMES = ("lbdf", "brr")
@@ -74,8 +75,6 @@ def compute(models: list[str], only: set[str] | None = None) -> dict[str, dict]:
 
 
 def main() -> int:
-    from data.zoo import zoo_names
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="record digests into this JSON file")
     parser.add_argument("--check", type=Path, help="compare against this JSON file")
