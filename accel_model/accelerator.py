@@ -62,6 +62,12 @@ def format_size(nbytes: float) -> str:
     return f"{int(nbytes)}B"
 
 
+SINGLE_LAYER_CONVENTIONS: tuple[str, ...] = ("tiled", "paper")
+"""How an op run on its own is costed (docs/cost-model.md, "Single-layer cost"): ``tiled``
+picks the cheapest intra-layer loop order the buffer allows; ``paper`` is the paper's
+convention (an op that fits nowhere moves its io and weights once), kept for reproduction."""
+
+
 @dataclass(frozen=True)
 class Accelerator:
     """What the cost model needs to know about the hardware."""
@@ -69,6 +75,7 @@ class Accelerator:
     buffer_bytes: int
     scheme: str = "lbdf"
     bytes_per_element: int = 1
+    single_layer: str = "tiled"
 
     def __post_init__(self) -> None:
         if self.buffer_bytes <= 0:
@@ -76,14 +83,25 @@ class Accelerator:
         COST_MODELS.check(self.scheme)
         if self.bytes_per_element <= 0:
             raise ConfigError(f"bytes per element must be positive, got {self.bytes_per_element}")
+        if self.single_layer not in SINGLE_LAYER_CONVENTIONS:
+            choices = ", ".join(SINGLE_LAYER_CONVENTIONS)
+            raise ConfigError(f"single-layer cost {self.single_layer!r} is not one of: {choices}")
 
     @staticmethod
-    def of(buffer: str | int, scheme: str = "lbdf", bytes_per_element: int = 1) -> Accelerator:
+    def of(
+        buffer: str | int,
+        scheme: str = "lbdf",
+        bytes_per_element: int = 1,
+        single_layer: str = "tiled",
+    ) -> Accelerator:
         """Build from user-facing values: ``Accelerator.of("256KB", "brr")``."""
-        return Accelerator(parse_size(buffer), scheme.lower(), int(bytes_per_element))
+        return Accelerator(
+            parse_size(buffer), scheme.lower(), int(bytes_per_element), single_layer.lower()
+        )
 
     def describe(self) -> str:
+        paper = ", paper single-layer costs" if self.single_layer == "paper" else ""
         return (
             f"{format_size(self.buffer_bytes)} buffer, {self.scheme.upper()}, "
-            f"{self.bytes_per_element} B/elem"
+            f"{self.bytes_per_element} B/elem{paper}"
         )

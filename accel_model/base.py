@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from accel_model.accelerator import Accelerator
+from accel_model.layer import LayerTiling, layer_geometry, single_layer_tiling
 from fusionplan.ir.graph import Group, OpGraph, bits
 
 
@@ -60,7 +61,7 @@ class CostModel(ABC):
         if hit is not None:
             self.stats.hits += 1
             return hit
-        result = self._compute(group)
+        result = self._evaluate(group)
         self._memo[group] = result
         return result
 
@@ -75,7 +76,24 @@ class CostModel(ABC):
 
     def compute_uncached(self, group: Group) -> GroupCost:
         """Cost from scratch, bypassing the memo (the independent plan checker uses it)."""
-        return self._compute(group)
+        return self._evaluate(group)
+
+    def _evaluate(self, group: Group) -> GroupCost:
+        """The scheme's cost, except that one op is never charged more than it costs run on
+        its own (docs/cost-model.md, "Single-layer cost"): this keeps every cost
+        non-increasing in the buffer."""
+        result = self._compute(group)
+        if not group or group & (group - 1) or self.accel.single_layer == "paper":
+            return result
+        alone = self.layer_tiling(group.bit_length() - 1).dram * self.b
+        if not result.valid or alone < result.dram:
+            return result._replace(dram=alone)
+        return result
+
+    def layer_tiling(self, v: int) -> LayerTiling:
+        """The cheapest intra-layer loop order of op ``v`` alone at this buffer."""
+        geo = layer_geometry(self.graph, v, self.io_elements(1 << v))
+        return single_layer_tiling(geo, self.b, self.beta)
 
     def monotone_over_downsets(self) -> bool:
         """Whether ``F_beta(S) <= F_beta(G)`` for nested down-sets S of G of any remainder.

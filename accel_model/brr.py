@@ -20,8 +20,9 @@ class BRRTerms:
 
     ``footprint``, ``row_step`` and ``weights`` are in elements; ``last_height`` is
     H_out(L) in rows. ``resident``, ``h_tile`` and ``tiles`` depend on the buffer: weights are
-    resident (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``beta >= b*W + b*footprint``; else
-    they are streamed once per tile of ``h_tile`` output rows. A group whose footprint does
+    resident (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``b*W + b*footprint < beta`` (strict,
+    like every fit test: at equality they stream); else they are streamed once per tile of
+    ``h_tile`` output rows. A group whose footprint does
     not fit (invalid) has ``resident`` False, ``h_tile`` 0 and ``tiles`` 1 (run layer by
     layer, weights read once).
     """
@@ -87,7 +88,7 @@ class BRR(CostModel):
         b, beta = self.b, self.beta
         if b * footprint >= beta:
             tt.resident, tt.h_tile = False, 0  # invalid: layer by layer, weights read once
-        elif b * (tt.weights + footprint) >= beta:  # resident only if F_beta < beta still holds
+        elif b * (tt.weights + footprint) >= beta:  # resident iff F_beta = b*(W + fp) < beta
             tt.resident = False
             tt.h_tile = math.floor((beta - b * footprint) / (b * row_step)) + 1
             tt.tiles = math.ceil(last_height / tt.h_tile)

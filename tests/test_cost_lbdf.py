@@ -85,8 +85,17 @@ def test_unfusable_singletons() -> None:
     assert unfusable_nodes(lbdf(conv_chain, beta=250)) == 0b100
     assert unfusable_nodes(lbdf(conv_chain, beta=393)) == 0
     model = lbdf(conv_chain, beta=200)
-    # an unfusable op runs layer by layer: its own io + weights
-    assert model.cost(mask_of((2,))) == (392, 768 + 296, False)
+    # An unfusable op runs alone by its cheapest loop order (docs/cost-model.md,
+    # "Single-layer cost"). conv2: x (4,8,8) -> (8,8,8), io 256 + 512, 296 weights.
+    # Row bands: one output row needs 64 + 3 input rows * 32 = 160 < 200, two need
+    # 128 + 4 * 32 = 256: h = 1, 8 bands -> 768 + 8 * 296 = 3136.
+    # Channel passes: per channel ceil(296 / 8) + 8 = 45, room 200 - 96 = 104 -> m = 2,
+    # 4 passes re-read the 256-element input 3 more times -> 768 + 296 + 768 = 1832.
+    assert model.cost(mask_of((2,))) == (392, 1832, False)
+    assert model.layer_tiling(2) == ("channel-passes", 4, 1832)
+    # the paper's convention: its own io + weights once
+    paper = make_cost_model(model.graph, Accelerator(200, "lbdf", 1, "paper"))
+    assert paper.cost(mask_of((2,))) == (392, 768 + 296, False)
 
 
 # -------------------------------------------------------------------------- residual

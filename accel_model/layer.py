@@ -1,0 +1,120 @@
+"""The DRAM traffic of one op run on its own, by intra-layer tiling (docs/cost-model.md,
+"Single-layer cost").
+
+A layer whose weights and feature rows do not all fit the buffer still runs: it picks the
+cheapest loop order the buffer allows, as an accelerator compiler (or Optimus) would. Every
+order moves the layer's io and weights at least once; they differ in what they re-read:
+
+* ``row-bands``: hold the input rows of ``h`` output rows, stream every weight once per band;
+* ``channel-passes``: hold the weights of ``m`` output channels and a one-row input window,
+  re-read the whole input once per pass;
+* ``column-strips``: when not even one output row's input window fits, split the width into
+  ``n`` strips and stream every weight once per output row of each strip.
+
+Each order's traffic is non-increasing in the buffer and the cost is their minimum, so the
+single-layer cost never rises with the buffer and never falls below ``io + weights``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from accel_model.rows import input_rows, row_window
+from fusionplan.ir.graph import OpGraph
+
+
+class LayerTiling(NamedTuple):
+    """The chosen loop order of one layer and its traffic (elements, not bytes)."""
+
+    order: str  # "row-bands" | "channel-passes" | "column-strips"
+    repeats: int  # bands, passes or strips x rows: how often the re-read operand is read
+    dram: int  # io + weights + re-reads, elements
+
+
+class LayerGeometry(NamedTuple):
+    """The per-op facts the loop orders need, in elements (precomputed once per graph)."""
+
+    io: int  # |ext_in| + |ext_out| of the op alone
+    inputs: int  # elements of all activation inputs (re-read by a channel pass)
+    weights: int
+    out_channels: int
+    out_height: int
+    out_row: int  # C_out * W_out: one output row
+    out_width: int
+    window: tuple[float, float]  # (K, S): input rows for h output rows = (h - 1) S + K
+    in_rows: tuple[tuple[int, int], ...]  # per input: (row elements C*W, height)
+
+
+def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
+    """The geometry of op ``v``; ``io`` is its singleton io (the cost model computes it)."""
+    tensors = graph.tensors
+    node = graph.nodes[v]
+    c_out, h_out, w_out = graph.out_shape(v)
+    ins = [tensors[t].shape for t in node.inputs]
+    return LayerGeometry(
+        io=io,
+        inputs=sum(c * h * w for c, h, w in ins),
+        weights=node.weights,
+        out_channels=max(c_out, 1),
+        out_height=max(h_out, 1),
+        out_row=c_out * w_out,
+        out_width=w_out,
+        window=row_window(graph, v),
+        in_rows=tuple((c * w, h) for c, h, w in ins),
+    )
+
+
+def window_elements(geo: LayerGeometry, h: int) -> int:
+    """Feature elements held to produce ``h`` output rows: the output rows and their inputs."""
+    k, s = geo.window
+    return geo.out_row * h + sum(row * input_rows(k, s, h, height) for row, height in geo.in_rows)
+
+
+def _fits(elements: int, b: int, beta: int) -> bool:
+    return b * elements < beta  # strict, as every validity test (docs/cost-model.md)
+
+
+def _row_bands(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
+    if not _fits(window_elements(geo, 1), b, beta):
+        return None
+    lo, hi = 1, geo.out_height  # largest h whose window fits: window_elements grows with h
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _fits(window_elements(geo, mid), b, beta):
+            lo = mid
+        else:
+            hi = mid - 1
+    bands = math.ceil(geo.out_height / lo)
+    return LayerTiling("row-bands", bands, geo.io + geo.weights * bands)
+
+
+def _channel_passes(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
+    if geo.weights == 0:
+        return None  # nothing to hold: row bands already read everything once
+    in_window = window_elements(geo, 1) - geo.out_row
+    per_channel = math.ceil(geo.weights / geo.out_channels) + geo.out_width
+    room = beta - b * in_window  # bytes left for m channels: b * m * per_channel < room
+    if room <= 0:
+        return None
+    m = min(math.ceil(room / (b * per_channel)) - 1, geo.out_channels)
+    if m < 1:
+        return None
+    passes = math.ceil(geo.out_channels / m)
+    return LayerTiling("channel-passes", passes, geo.io + geo.weights + geo.inputs * (passes - 1))
+
+
+def _column_strips(geo: LayerGeometry, b: int, beta: int) -> LayerTiling:
+    strips = b * window_elements(geo, 1) // beta + 1  # each strip's window fits the buffer
+    repeats = strips * geo.out_height
+    return LayerTiling("column-strips", repeats, geo.io + geo.weights * repeats)
+
+
+def single_layer_tiling(geo: LayerGeometry, b: int, beta: int) -> LayerTiling:
+    """The cheapest loop order of one layer at buffer ``beta`` bytes (``b`` bytes/element).
+
+    Ties prefer the earlier order (row bands, then channel passes, then column strips).
+    """
+    options = [_row_bands(geo, b, beta), _channel_passes(geo, b, beta)]
+    options.append(_column_strips(geo, b, beta))
+    return min((o for o in options if o is not None), key=lambda o: o.dram)
