@@ -206,7 +206,12 @@ def test_json_round_trip():
     text = plan.to_json()
     data = json.loads(text)
     assert data["format"] == PLAN_FORMAT and data["version"] == PLAN_FORMAT_VERSION
-    assert data["accelerator"] == {"buffer_bytes": BIG, "scheme": "lbdf", "bytes_per_element": 1}
+    assert data["accelerator"] == {
+        "buffer_bytes": BIG,
+        "scheme": "lbdf",
+        "bytes_per_element": 1,
+        "single_layer": "tiled",
+    }
     assert [g["nodes"] for g in data["groups"]] == RES_SPLIT  # ONNX node names
     for entry, g in zip(data["groups"], plan.groups, strict=True):
         cost = plan.cost_model.compute_uncached(g)

@@ -32,10 +32,11 @@ class PlanRequest:
     budget: int = 2000
     seed: int = 0
     bytes_per_element: int = 1
+    single_layer: str = "tiled"  # or "paper" (docs/cost-model.md, "Single-layer cost")
     search_options: Mapping[str, Any] = field(default_factory=dict)
 
     def accelerator(self) -> Accelerator:
-        return Accelerator.of(self.buffer, self.scheme, self.bytes_per_element)
+        return Accelerator.of(self.buffer, self.scheme, self.bytes_per_element, self.single_layer)
 
     def check(self) -> PlanRequest:
         """Reject bad settings before a possibly slow model load or export."""

@@ -185,6 +185,7 @@ class Plan:
                 "buffer_bytes": accel.buffer_bytes,
                 "scheme": accel.scheme,
                 "bytes_per_element": accel.bytes_per_element,
+                "single_layer": accel.single_layer,
             },
             "metrics": self.metrics.as_dict(),
             "search": self.info,

@@ -80,6 +80,7 @@ def execute(run: Run, exact_time_limit_s: float = 60.0) -> dict[str, Any]:
         splitter=run.splitter,
         budget=run.budget,
         seed=run.seed,
+        single_layer="paper",  # the paper's tables keep the paper's single-layer convention
         search_options=options,
     )
     row: dict[str, Any] = {"key": run.key, **asdict(run)}
