@@ -504,7 +504,10 @@ class ExactSearch:
                 f"exact search: DP cost {out.dram} B != evaluated plan {cand.dram} B"
             )
         rec.observe(cand)
-        gap = (out.dram - out.lower_bound) / out.lower_bound if out.lower_bound else 0.0
+        best = rec.best  # a warm-start plan (FusionProblem.warm_start) may beat a timed-out run
+        assert best is not None
+        lb = out.lower_bound
+        gap = (best.dram - lb) / lb if lb else 0.0
         bound = ExactBound(
             optimal=out.optimal,
             lower_bound_bytes=out.lower_bound,

@@ -104,6 +104,8 @@ class LocalSearch:
             elite.append(member)
             elite.sort(key=lambda m: m.rank)
 
+        for cand in rec.started:  # warm-start plans join the elite the mutations start from
+            offer(cand)
         n_init = min(cfg.initial or top_k, problem.remaining)
         for _ in range(n_init):
             offer(observe(problem.evaluate_cuts(problem.random_cuts(rng))))

@@ -38,6 +38,9 @@ class FusionProblem:
     budget: int
     proposed: int = 0
     seen: dict[tuple[Group, ...], Candidate] = field(default_factory=dict)
+    # Plans every search starts from (e.g. a sweep's best plan at a smaller buffer): each
+    # search sees them as already found, so it can only return something as good or better.
+    warm_start: list[tuple[Group, ...]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         budget = self.budget
@@ -113,6 +116,18 @@ class FusionProblem:
         cand = Candidate(key, dram, mbu)
         self.seen[key] = cand
         return cand
+
+    def warm_candidates(self) -> list[Candidate]:
+        """The warm-start plans made valid here and costed, without counting proposals.
+
+        Ops unfusable here are taken out of their groups first (they run alone in every
+        plan), and a group that does not fit here is split as any proposal's.
+        """
+        fus = self.fusable
+        return [
+            self._candidate(self.realise([g & fus for g in plan if g & fus]))
+            for plan in self.warm_start
+        ]
 
     def evaluate_cuts(self, cut: list[bool]) -> Candidate:
         """Evaluate the partition whose groups are components of the uncut edges."""

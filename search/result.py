@@ -23,6 +23,8 @@ class Recorder:
         self.start = time.perf_counter()
         cm = problem.cost_model
         self._q0, self._h0 = cm.stats.queries, cm.stats.hits
+        # the problem's warm-start plans count as found before the search proposes anything
+        self.started: list[Candidate] = [self.observe(c) for c in problem.warm_candidates()]
 
     def observe(self, cand: Candidate) -> Candidate:
         best = self.best

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accel_model import Accelerator, make_cost_model
 from accel_model.layer import layer_geometry, single_layer_tiling
+from fusionplan.app import api
+from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.ir.graph import mask_of
+from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import make_splitter
 from search import FusionProblem, make_search
 from tests.onnx_builders import conv_chain, to_graph
@@ -117,3 +121,25 @@ def test_the_paper_convention_is_not_monotone_and_tiled_is():
     # at both sizes (3136 by row bands at 161 B is worse).
     assert model(graph, 160, "brr").cost(conv2).dram == 2856
     assert model(graph, 161, "brr").cost(conv2).dram == 2856
+
+
+def test_a_warm_started_search_is_never_worse_than_its_start():
+    graph = to_graph(conv_chain())
+    small = api.plan(graph, 300, "brr", search="rs", budget=1, seed=3)
+    # one random proposal at the larger buffer, started from the smaller buffer's plan
+    request = PlanRequest(buffer=2000, scheme="brr", search="rs", budget=1, seed=5)
+    warm = plan_graph(graph, request, warm_start=[small])
+    recosted = Plan(graph, warm.cost_model, small.groups).validate()
+    assert warm.metrics.dram_bytes <= recosted.metrics.dram_bytes <= small.metrics.dram_bytes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v3_small"])
+@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+@pytest.mark.parametrize("search", ["rs", "ls"])
+def test_zoo_sweeps_never_rise(model, scheme, search):
+    buffers = ["64KB", "128KB", "256KB", "512KB", "1MB", "2MB"]
+    points = api.sweep(model, buffers, scheme, search=search, budget=40, seed=1)
+    assert [p.buffer_bytes for p in points] == sorted(p.buffer_bytes for p in points)
+    dram = [p.plan.metrics.dram_bytes for p in points]
+    assert dram == sorted(dram, reverse=True), dram

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from data.zoo import resolve_model
-from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.planning.plan import Plan
@@ -43,6 +43,7 @@ def plan(
     budget: int = 2000,
     seed: int = 0,
     bytes_per_element: int = 1,
+    single_layer: str = "tiled",
     search_options: Mapping[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Plan:
@@ -55,6 +56,7 @@ def plan(
         budget=budget,
         seed=seed,
         bytes_per_element=bytes_per_element,
+        single_layer=single_layer,
         search_options=dict(search_options or {}),
     ).check()  # reject bad settings before a possibly slow model export
     return plan_graph(load(model), request, progress)
@@ -74,12 +76,12 @@ def sweep(
     progress: Callable[[int], None] | None = None,
     **options: Any,
 ) -> list[SweepPoint]:
-    """Plan ``model`` at each buffer size (same search settings); DRAM-vs-buffer curve."""
+    """Plan ``model`` at each buffer size (same search settings); DRAM-vs-buffer curve.
+
+    Points come back smallest buffer first; each search is warm-started from the previous
+    point's plan, so DRAM never rises with the buffer (:func:`sweep_graph`)."""
     if not buffers:
         raise ConfigError("sweep needs at least one buffer size")
     requests = [PlanRequest(buffer=b, scheme=scheme, **options).check() for b in buffers]
-    graph = load(model)
-    points = [
-        SweepPoint(r.accelerator().buffer_bytes, plan_graph(graph, r, progress)) for r in requests
-    ]
-    return sorted(points, key=lambda p: p.buffer_bytes)
+    plans = sweep_graph(load(model), requests, progress)
+    return [SweepPoint(p.cost_model.accel.buffer_bytes, p) for p in plans]

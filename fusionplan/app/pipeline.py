@@ -8,7 +8,7 @@ loads only when one is used).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +82,45 @@ def assemble(graph: OpGraph, request: PlanRequest) -> Pipeline:
 
 
 def plan_graph(
-    graph: OpGraph, request: PlanRequest, progress: Callable[[int], None] | None = None
+    graph: OpGraph,
+    request: PlanRequest,
+    progress: Callable[[int], None] | None = None,
+    *,
+    warm_start: Sequence[Plan] = (),
 ) -> Plan:
-    """Run one search on ``graph`` and return its best plan, validated."""
-    return assemble(graph, request).run(progress)
+    """Run one search on ``graph`` and return its best plan, validated.
+
+    ``warm_start`` plans (of the same graph) are the search's starting incumbents
+    (``FusionProblem.warm_start``): the result is never worse than any of them.
+    """
+    pipeline = assemble(graph, request)
+    pipeline.problem.warm_start = [tuple(p.groups) for p in warm_start]
+    return pipeline.run(progress)
+
+
+def sweep_graph(
+    graph: OpGraph,
+    requests: Sequence[PlanRequest],
+    progress: Callable[[int], None] | None = None,
+) -> list[Plan]:
+    """Plan ``graph`` at each request's buffer, smallest first, each warm-started from the
+    best plan at the next smaller buffer of the same scheme.
+
+    A plan valid at a buffer is valid and no dearer at a larger one (docs/cost-model.md,
+    "Single-layer cost"), so the DRAM curve never rises with the buffer, whatever the search.
+    Progress counts proposals over the whole sweep.
+    """
+    order = sorted(requests, key=lambda r: r.accelerator().buffer_bytes)
+    plans: list[Plan] = []
+    previous: dict[tuple[str, int, str], Plan] = {}
+    offset = 0
+    for request in order:
+        accel = request.accelerator()
+        key = (accel.scheme, accel.bytes_per_element, accel.single_layer)
+        warm = [previous[key]] if key in previous else []
+        tick = None if progress is None else (lambda n, o=offset: progress(o + n))
+        plan = plan_graph(graph, request, tick, warm_start=warm)
+        previous[key] = plan
+        plans.append(plan)
+        offset += request.budget
+    return plans
