@@ -3,8 +3,9 @@
 One module per command group (``plan`` and ``sweep``, ``zoo``, ``dataset``, ``train``,
 ``bench``), each imported only when its command runs, so ``fusionplan --help`` lists them
 without loading numpy, onnx or the cost models. Every error caused by bad input is a
-:class:`FusionPlanError`, printed on one line with exit code 2; outputs are written
-atomically, so a failure leaves no partial file.
+:class:`FusionPlanError`, printed on one line with exit code 2; output paths are checked
+before any work, and outputs are written atomically, so a failure leaves no partial file. An
+``OSError`` (a write that fails anyway: disk full, a race) is one line and exit code 2 too.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: one-line errors and exit code 2 for bad input."""
+    """Console entry point: one-line errors and exit code 2 for bad input and failed writes."""
     # torch_geometric's import trips torch's own deprecation of torch.jit.script; users
     # cannot act on it, so it is not shown.
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"fusionplan: error: {exc.format_message()} (see --help)", err=True)
         sys.exit(exc.exit_code)
-    except FusionPlanError as exc:
+    except (FusionPlanError, OSError) as exc:  # a WriteError reads "cannot write PATH: reason"
         click.echo(f"fusionplan: error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:

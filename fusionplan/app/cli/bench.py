@@ -14,6 +14,7 @@ from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.cli.common import print_table, progress_bar, scheme_option
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.io import check_output_path
 from fusionplan.planning.split import SPLITTERS
 
 
@@ -40,7 +41,7 @@ def _names(value: str | None) -> tuple[str, ...] | None:
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False),
+    metavar="DIRECTORY",
     default="bench-out",
     show_default=True,
     help="Finished runs (runs.jsonl); rerunning resumes.",
@@ -48,7 +49,7 @@ def _names(value: str | None) -> tuple[str, ...] | None:
 @click.option(
     "--report",
     "report",
-    type=click.Path(dir_okay=False),
+    metavar="FILE",
     help="Markdown file for the tables (default OUT/report.md); an existing file "
     "keeps its text and gets the generated section replaced; PNGs go to its img/.",
 )
@@ -72,6 +73,10 @@ def bench_group(
     the paper's figures and the exact optimum; or a measurement subcommand below."""
     if ctx.invoked_subcommand is not None:
         return
+    # Checked here, not by an OutputPath type: click converts a group's options (defaults
+    # included) for every subcommand, and `bench speed` writes nothing.
+    check_output_path(out_dir, directory=True)
+    report_path = check_output_path(Path(out_dir) / "report.md" if report is None else report)
 
     overrides = {
         k: v
@@ -91,7 +96,6 @@ def bench_group(
         SPLITTERS.check(name)
     config = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
     config.check()
-    report_path = Path(report) if report else Path(out_dir) / "report.md"
     command = (
         "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "fusionplan bench"
     )

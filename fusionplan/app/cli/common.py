@@ -1,5 +1,5 @@
 """What every command group shares: console output, progress bars, tables, registry-backed
-choices and the planning options of ``plan`` and ``sweep``."""
+choices, checked output paths and the planning options of ``plan`` and ``sweep``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from fusionplan.app.api import load
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.io import check_output_path
 from fusionplan.ir.registry import Registry
 from fusionplan.planning.split import SPLITTERS
 from search import SEARCHES
@@ -77,6 +78,20 @@ class RegistryChoice(click.ParamType):
             self.registry.check(text)
         except ConfigError as exc:
             self.fail(str(exc), param, ctx)
+
+
+class OutputPath(click.ParamType):
+    """A path the command will write (a file, or with ``directory`` a directory), checked
+    with :func:`check_output_path` when the command line is parsed, so a path that cannot
+    be written fails before any model loads; the error is the one-line ``ConfigError``."""
+
+    def __init__(self, directory: bool = False) -> None:
+        self.directory = directory
+        self.name = "directory" if directory else "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
+        check_output_path(value, directory=self.directory)
+        return value
 
 
 def scheme_option(**kwargs: Any):

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from data.dataset import default_dataset_dir, generate_dataset
-from fusionplan.app.cli.common import progress_bar
+from fusionplan.app.cli.common import OutputPath, progress_bar
 
 
 @click.group("dataset")
@@ -19,7 +19,8 @@ def dataset_group() -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(file_okay=False),
+    type=OutputPath(directory=True),
+    default=default_dataset_dir,
     help="Dataset directory (default: the fusionplan cache).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -46,7 +47,7 @@ def dataset_generate(output, seed, groups, unseen_groups, processes, overwrite, 
     """
 
     sizes = {k: v for k, v in (("groups", groups), ("unseen_groups", unseen_groups)) if v}
-    out = Path(output) if output else default_dataset_dir()
+    out = Path(output)
     with progress_bar("generating shards", enabled=not quiet) as progress:
         manifest = generate_dataset(
             out, seed=seed, processes=processes, overwrite=overwrite, progress=progress, **sizes

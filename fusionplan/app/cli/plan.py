@@ -7,7 +7,13 @@ import json
 import click
 
 from data.zoo import model_source
-from fusionplan.app.cli.common import PlanOptions, plan_options, print_table, progress_bar
+from fusionplan.app.cli.common import (
+    OutputPath,
+    PlanOptions,
+    plan_options,
+    print_table,
+    progress_bar,
+)
 from fusionplan.app.pipeline import plan_graph
 from fusionplan.app.report import sweep_rows, write_sweep_csv, write_sweep_plot
 from fusionplan.ir.errors import ConfigError
@@ -18,10 +24,10 @@ from fusionplan.planning.plan import Plan
 @click.argument("model")
 @click.option("--buffer", default="256KB", show_default=True, help="On-chip buffer, e.g. 128KB.")
 @plan_options
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the plan JSON here.")
+@click.option("-o", "--output", type=OutputPath(), help="Write the plan JSON here.")
 @click.option(
     "--onnx-out",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     help="Write the model with fusion groups as node metadata.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON instead of a summary.")
@@ -70,8 +76,8 @@ def _print_plan(plan: Plan) -> None:
     help="Comma-separated buffer sizes.",
 )
 @plan_options
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write a DRAM-vs-buffer PNG here.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the table as CSV.")
+@click.option("--plot", type=OutputPath(), help="Write a DRAM-vs-buffer PNG here.")
+@click.option("-o", "--output", type=OutputPath(), help="Write the table as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON.")
 def sweep_cmd(model, buffers, opts: PlanOptions, plot, output, as_json):
     """DRAM traffic of MODEL across buffer sizes: a table, optionally CSV and a PNG plot."""

@@ -8,8 +8,9 @@ import click
 
 from data.dataset import default_dataset_dir
 from explainers import EXPLAINERS
+from explainers.checkpoints import weights_dir
 from explainers.train_gin import train_gin
-from fusionplan.app.cli.common import print_table, progress_bar, scheme_option
+from fusionplan.app.cli.common import OutputPath, print_table, progress_bar, scheme_option
 from fusionplan.ir.errors import ConfigError
 
 
@@ -21,7 +22,12 @@ def train_group() -> None:
 
 _SCHEME = scheme_option(required=True)
 _SEED = click.option("--seed", type=int, default=0, show_default=True)
-_OUT = click.option("--out", type=click.Path(file_okay=False), help="Weights directory.")
+_OUT = click.option(
+    "--out",
+    type=OutputPath(directory=True),
+    default=weights_dir,
+    help="Weights directory (default: the shipped weights, or $FUSIONPLAN_WEIGHTS_DIR).",
+)
 
 
 @train_group.command("gin")
@@ -115,7 +121,5 @@ def _train_explainer(kind: str, scheme: str, dataset, out, quiet: bool, **option
     if train is None:
         raise ConfigError(f"explainer '{kind}' has nothing to train")
     with progress_bar(f"{kind.upper()} {scheme} epochs", enabled=not quiet) as progress:
-        result = train(
-            scheme, dataset, progress=progress, directory=Path(out) if out else None, **options
-        )
+        result = train(scheme, dataset, progress=progress, directory=Path(out), **options)
     click.echo(f"wrote {result.path} ({result.meta.get('train_seconds', 0):.0f} s)")
