@@ -59,7 +59,13 @@ def load_plan(model_path, text: str) -> Plan:
     graph = load_model(model_path) if Path(model_path).is_file() else _zoo(model_path)
     accel = data["accelerator"]
     cm = make_cost_model(
-        graph, Accelerator(accel["buffer_bytes"], accel["scheme"], accel["bytes_per_element"])
+        graph,
+        Accelerator(
+            accel["buffer_bytes"],
+            accel["scheme"],
+            accel["bytes_per_element"],
+            accel["single_layer"],
+        ),
     )
     return Plan.from_json(graph, cm, text).validate()
 
@@ -102,7 +108,12 @@ def test_plan_json_output(models: Path, tmp_path: Path):
     result = invoke("plan", src, "--buffer", "1KB", "--scheme", "BRR", *FAST, "--json", "-o", out)
     data = json.loads(result.stdout)  # nothing but the JSON on stdout
     assert data["format"] == "fusionplan.plan"
-    assert data["accelerator"] == {"buffer_bytes": 1024, "scheme": "brr", "bytes_per_element": 1}
+    assert data["accelerator"] == {
+        "buffer_bytes": 1024,
+        "scheme": "brr",
+        "bytes_per_element": 1,
+        "single_layer": "tiled",
+    }
     assert data["search"]["proposed"] == 10
     assert out.read_text() == result.stdout
     load_plan(src, result.stdout)

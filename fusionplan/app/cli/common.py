@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from accel_model import COST_MODELS
+from accel_model.accelerator import SINGLE_LAYER_CONVENTIONS
 from fusionplan.app.api import load
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.ir.errors import ConfigError
@@ -126,6 +127,7 @@ class PlanOptions:
     budget: int
     seed: int
     bytes_per_element: int
+    single_layer: str
     input_shape: tuple[str, ...]
     strict_ops: bool
     quiet: bool
@@ -149,6 +151,7 @@ class PlanOptions:
             budget=self.budget,
             seed=self.seed,
             bytes_per_element=self.bytes_per_element,
+            single_layer=self.single_layer,
             search_options=self.search_options(),
         ).check()
 
@@ -192,6 +195,14 @@ _PLAN_OPTIONS = [
     ),
     click.option("--seed", type=int, default=0, show_default=True),
     click.option("--bytes-per-element", type=int, default=1, show_default=True),
+    click.option(
+        "--single-layer",
+        type=click.Choice(SINGLE_LAYER_CONVENTIONS),
+        default="tiled",
+        show_default=True,
+        help="How an op run alone is costed: cheapest intra-layer loop order, or the paper's "
+        "io + weights once (docs/cost-model.md).",
+    ),
     click.option(
         "--input-shape",
         multiple=True,

@@ -14,7 +14,7 @@ from fusionplan.app.cli.common import (
     print_table,
     progress_bar,
 )
-from fusionplan.app.pipeline import plan_graph
+from fusionplan.app.pipeline import plan_graph, sweep_graph
 from fusionplan.app.report import sweep_rows, write_sweep_csv, write_sweep_plot
 from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.plan import Plan
@@ -86,12 +86,9 @@ def sweep_cmd(model, buffers, opts: PlanOptions, plot, output, as_json):
         raise ConfigError("--buffers needs at least one size")
     requests = [opts.request(b) for b in sizes]
     graph = opts.load(model)
-    plans = []
     total = opts.budget * len(requests)
     with progress_bar(f"sweep {graph.name}", total, not opts.quiet) as progress:
-        for i, r in enumerate(requests):
-            offset = i * opts.budget
-            plans.append(plan_graph(graph, r, lambda n, o=offset: progress(o + n)))
+        plans = sweep_graph(graph, requests, progress)  # smallest buffer first, warm-started
     rows = sweep_rows(plans)
     scheme = opts.scheme.upper()
     if output:
