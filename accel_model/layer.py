@@ -5,14 +5,17 @@ A layer whose weights and feature rows do not all fit the buffer still runs: it 
 cheapest loop order the buffer allows, as an accelerator compiler (or Optimus) would. Every
 order moves the layer's io and weights at least once; they differ in what they re-read:
 
-* ``row-bands``: hold the input rows of ``h`` output rows, stream every weight once per band;
+* ``row-bands``: split the width into ``n`` column strips (``n = 1`` when a whole row fits)
+  and each strip's height into bands of ``h`` output rows whose input rows fit; every weight
+  streams once per band of every strip;
 * ``channel-passes``: hold the weights of ``m`` output channels and a one-row input window,
   re-read the whole input once per pass;
-* ``column-strips``: when not even one output row's input window fits, split the width into
-  ``n`` strips and stream every weight once per output row of each strip.
+* ``streaming``: one output channel at a time with its input streamed through (always
+  possible): the input is re-read once per output channel.
 
-Each order's traffic is non-increasing in the buffer and the cost is their minimum, so the
-single-layer cost never rises with the buffer and never falls below ``io + weights``.
+Each order's traffic is non-increasing in the buffer (the strip counts tried are fixed per
+layer) and the cost is their minimum, so the single-layer cost never rises with the buffer
+and never falls below ``io + weights``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from fusionplan.ir.graph import OpGraph
 class LayerTiling(NamedTuple):
     """The chosen loop order of one layer and its traffic (elements, not bytes)."""
 
-    order: str  # "row-bands" | "channel-passes" | "column-strips"
-    repeats: int  # bands, passes or strips x rows: how often the re-read operand is read
+    order: str  # "row-bands" | "channel-passes" | "streaming"
+    repeats: int  # weight reads (strips x bands) or input reads (passes, channels)
     dram: int  # io + weights + re-reads, elements
 
 
@@ -75,18 +78,48 @@ def _fits(elements: int, b: int, beta: int) -> bool:
     return b * elements < beta  # strict, as every validity test (docs/cost-model.md)
 
 
-def _row_bands(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
-    if not _fits(window_elements(geo, 1), b, beta):
+def strip_counts(width: int) -> list[int]:
+    """Column-strip counts tried for an output ``width``: 1, 2, 3, 4, 6, 8, 12, ... and the
+    width itself. Fixed per layer (not per buffer), so the cost stays monotone."""
+    counts = {width}
+    n = 1
+    while n < width:
+        counts.update((n, n * 3 // 2) if n > 1 else (n,))
+        n *= 2
+    return sorted(c for c in counts if 1 <= c <= width)
+
+
+def _bands(geo: LayerGeometry, strips: int, b: int, beta: int) -> int | None:
+    """Bands per strip: H_out over the tallest band whose window (split into ``strips``
+    column strips) fits, or None if not even one row does."""
+
+    def fits(h: int) -> bool:
+        return _fits(-(-window_elements(geo, h) // strips), b, beta)
+
+    if not fits(1):
         return None
-    lo, hi = 1, geo.out_height  # largest h whose window fits: window_elements grows with h
+    lo, hi = 1, geo.out_height  # the window grows with h: binary search the tallest band
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _fits(window_elements(geo, mid), b, beta):
+        if fits(mid):
             lo = mid
         else:
             hi = mid - 1
-    bands = math.ceil(geo.out_height / lo)
-    return LayerTiling("row-bands", bands, geo.io + geo.weights * bands)
+    return math.ceil(geo.out_height / lo)
+
+
+def _row_bands(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
+    best: LayerTiling | None = None
+    for strips in strip_counts(max(geo.out_width, 1)):
+        bands = _bands(geo, strips, b, beta)
+        if bands is None:
+            continue
+        repeats = strips * bands
+        if best is None or repeats < best.repeats:
+            best = LayerTiling("row-bands", repeats, geo.io + geo.weights * repeats)
+        if bands == 1:
+            break  # more strips only re-read the weights more often
+    return best
 
 
 def _channel_passes(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
@@ -104,17 +137,17 @@ def _channel_passes(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None
     return LayerTiling("channel-passes", passes, geo.io + geo.weights + geo.inputs * (passes - 1))
 
 
-def _column_strips(geo: LayerGeometry, b: int, beta: int) -> LayerTiling:
-    strips = b * window_elements(geo, 1) // beta + 1  # each strip's window fits the buffer
-    repeats = strips * geo.out_height
-    return LayerTiling("column-strips", repeats, geo.io + geo.weights * repeats)
+def _streaming(geo: LayerGeometry) -> LayerTiling:
+    if geo.weights == 0:
+        return LayerTiling("streaming", 1, geo.io)
+    reads = geo.out_channels
+    return LayerTiling("streaming", reads, geo.io + geo.weights + geo.inputs * (reads - 1))
 
 
 def single_layer_tiling(geo: LayerGeometry, b: int, beta: int) -> LayerTiling:
     """The cheapest loop order of one layer at buffer ``beta`` bytes (``b`` bytes/element).
 
-    Ties prefer the earlier order (row bands, then channel passes, then column strips).
+    Ties prefer the earlier order (row bands, then channel passes, then streaming).
     """
-    options = [_row_bands(geo, b, beta), _channel_passes(geo, b, beta)]
-    options.append(_column_strips(geo, b, beta))
+    options = [_row_bands(geo, b, beta), _channel_passes(geo, b, beta), _streaming(geo)]
     return min((o for o in options if o is not None), key=lambda o: o.dram)

@@ -132,10 +132,13 @@ def test_unfusable_singletons() -> None:
     assert unfusable_nodes(brr(conv_chain, beta=150)) == 0b100
     assert unfusable_nodes(brr(conv_chain, beta=161)) == 0
     # run alone (docs/cost-model.md, "Single-layer cost"); F_beta reports the footprint.
-    # conv1 (4,8,8) -> (4,8,8): one output row needs 32 + 3 * 32 = 128 >= 100, no room
-    # for a channel pass either, so 128 // 100 + 1 = 2 column strips, each streaming the
-    # 148 weights once per output row: 512 + 148 * 2 * 8
-    assert brr(conv_chain, beta=100).cost(mask_of((0,))) == (128, 512 + 148 * 16, False)
+    # conv1 (4,8,8) -> (4,8,8): one output row needs 32 + 3 * 32 = 128 >= 100 and leaves
+    # no room for a channel pass. In 6 column strips all 8 rows fit at once (window
+    # 32 * 8 + 32 * 8 = 512, 512 / 6 -> 86 < 100): the weights stream once per strip,
+    # 512 + 148 * 6 = 1400 (fewer strips need more bands: 2 strips x 4 bands, 4 x 2, 3 x 3;
+    # streaming one channel at a time would cost 512 + 148 + 3 * 256 = 1428)
+    assert brr(conv_chain, beta=100).cost(mask_of((0,))) == (128, 512 + 148 * 6, False)
+    assert brr(conv_chain, beta=100).layer_tiling(0) == ("row-bands", 6, 1400)
     paper = make_cost_model(to_graph(conv_chain()), Accelerator(100, "brr", 1, "paper"))
     assert paper.cost(mask_of((0,))) == (128, 512 + 148, False)
     check_tiling(brr(conv_chain, beta=100), (0,), False, 0, 1)
