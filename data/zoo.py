@@ -1,4 +1,22 @@
-"""The model zoo: the paper's twelve networks, built from torchvision and cached as ONNX.
+"""The model zoo: the paper's twelve networks, and every other torchvision classification
+and semantic-segmentation model by name, built from torchvision and cached as ONNX.
+
+The twelve paper networks have fixed entries (:data:`ZOO`; their names and aliases win).
+Any other name in ``torchvision.models.list_models(module=torchvision.models)`` or
+``list_models(module=torchvision.models.segmentation)`` is a *torchvision model*
+(:func:`torchvision_models`), exported and cached exactly like the paper's at a square input
+of its documented size (:func:`default_input_size`): the ``crop_size`` of its ``DEFAULT``
+weights' transforms for classification (224 for most; 299 Inception-V3, 240-600 EfficientNet
+B1-B7 and V2, 256 Swin-V2, 384 RegNet-Y-128GF, 518 ViT-H/14), the ``resize_size`` (520) for
+segmentation, whose transforms resize without cropping; where torchvision documents neither,
+224 for classification and 520 for segmentation. Only the ``'out'`` map of a segmentation
+model is exported (no auxiliary head, backbone not pre-trained); GoogLeNet and Inception-V3
+are built without their training-only auxiliary classifiers, and a ViT's position embedding
+is built for its input size. Which models exist, their sizes and parameter counts are read
+from torchvision once per torchvision version and kept in a small JSON index in the cache, so
+that resolving a name does not import torch. Models with more than 2 GiB of float32 weights
+(ViT-H/14, RegNet-Y-128GF) are refused before anything is built: the in-memory export below
+cannot serialise them (protobuf's 2 GiB limit).
 
 Every network is built with ``weights=None`` (no download; the planner only needs shapes),
 seeded with ``torch.manual_seed(0)`` so that exports are byte-for-byte reproducible, and
@@ -19,14 +37,16 @@ Cache files are keyed by model name, input size, torch and torchvision versions 
 :data:`ZOO_FORMAT_VERSION`, and are published with atomic renames (data file first, then the
 graph), so concurrent processes never see a half-written or weightless model.
 
-``torch``/``torchvision``/``onnx`` are imported inside functions: ``import data.zoo`` and
-``list_zoo()`` stay fast.
+``torch``/``torchvision`` are imported inside functions: ``import data.zoo``, ``list_zoo()``
+and, once the index exists, resolving any name stay fast.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -42,7 +62,7 @@ import onnx
 import platformdirs
 
 from fusionplan.ir.errors import ModelError
-from fusionplan.ir.io import write_atomic
+from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.ir.onnx_import import load_model
 
 if TYPE_CHECKING:
@@ -56,6 +76,12 @@ CACHE_ENV = "FUSIONPLAN_CACHE_DIR"
 """Overrides the fusionplan cache root; the zoo lives in ``$FUSIONPLAN_CACHE_DIR/zoo``."""
 
 Role = Literal["train", "unseen"]
+Task = Literal["classification", "segmentation"]
+
+FALLBACK_SIZE: dict[str, int] = {"classification": 224, "segmentation": 520}
+"""Input size where torchvision documents none for a model (see the module docstring)."""
+MAX_WEIGHT_BYTES = 2**31
+"""Protobuf's limit on one serialised ONNX model: larger float32 weights cannot be exported."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +89,8 @@ class ZooEntry:
     """One network: how to build it, at which input shape, and its role in the dataset.
 
     ``role`` is ``"unseen"`` for the networks held out of GNN training (the paper's test
-    models) so that dataset generation and evaluation can never mix them up.
+    models, and every torchvision model beyond the paper's) so that dataset generation and
+    evaluation can never mix them up.
     """
 
     name: str
@@ -90,6 +117,16 @@ class ZooRow:
     cached: bool
 
 
+@dataclass(frozen=True)
+class TorchvisionModel:
+    """A torchvision classification or segmentation model, as the zoo's index records it."""
+
+    name: str
+    task: Task
+    size: int  # square input side, see default_input_size
+    params: int | None  # parameter count documented by its weights, None if undocumented
+
+
 # ----------------------------------------------------------------------------- builders
 def _torchvision(fn_name: str) -> Callable[[], Any]:
     """A constructor for ``torchvision.models.<fn_name>(weights=None)``, importing lazily."""
@@ -104,16 +141,14 @@ def _torchvision(fn_name: str) -> Callable[[], Any]:
     return build
 
 
-def _deeplabv3_mobilenet_v3_large() -> Any:
-    """DeepLabV3 with a MobileNetV3-Large backbone, returning only the ``'out'`` tensor.
+def _out_only(inner: Any) -> Any:
+    """``inner`` (a torchvision segmentation model) returning only its ``'out'`` tensor.
 
     torchvision's segmentation models return a dict; the exporter flattens that into
     several outputs, but the planner (and the paper) needs the single segmentation map.
-    ``aux_loss=False`` keeps the auxiliary FCN head out of the graph.
     """
-    # torch/torchvision load only when a model is built
+    # torch loads only when a model is built
     import torch
-    from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large
 
     class OutOnly(torch.nn.Module):
         def __init__(self, inner: torch.nn.Module) -> None:
@@ -123,8 +158,54 @@ def _deeplabv3_mobilenet_v3_large() -> Any:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.inner(x)["out"]
 
-    inner = deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, aux_loss=False)
     return OutOnly(inner)
+
+
+def _deeplabv3_mobilenet_v3_large() -> Any:
+    """DeepLabV3 with a MobileNetV3-Large backbone, returning only the ``'out'`` tensor.
+
+    ``aux_loss=False`` keeps the auxiliary FCN head out of the graph.
+    """
+    # torchvision loads only when a model is built
+    from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large
+
+    inner = deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, aux_loss=False)
+    return _out_only(inner)
+
+
+_BUILD_OPTIONS: dict[str, dict[str, Any]] = {
+    # the auxiliary classifiers only run in training; init_weights=True is what None means,
+    # without the FutureWarning
+    "googlenet": {"aux_logits": False, "init_weights": True},
+    "inception_v3": {"aux_logits": False, "init_weights": True},
+}
+
+
+def _torchvision_builder(model: TorchvisionModel) -> Callable[[], Any]:
+    """A constructor for torchvision model ``model`` (untrained, ``'out'`` only for
+    segmentation); it refuses, before building anything, a model the export cannot hold."""
+
+    def build() -> Any:
+        if model.params is not None and 4 * model.params > MAX_WEIGHT_BYTES:
+            raise ModelError(
+                f"{model.name} has {model.params / 1e6:.0f}M parameters "
+                f"({4 * model.params / 2**30:.1f} GiB as float32), over the 2 GiB protobuf "
+                "limit of the zoo's in-memory ONNX export"
+            )
+        # torchvision loads only when a model is built
+        import torchvision.models
+
+        options: dict[str, Any] = {"weights": None, **_BUILD_OPTIONS.get(model.name, {})}
+        if model.task == "segmentation":
+            # weights_backbone=None: the default would download ImageNet backbone weights
+            options.update(weights_backbone=None, aux_loss=False)
+            return _out_only(torchvision.models.get_model(model.name, **options))
+        if model.name.startswith("vit_"):  # the position embedding is sized for the input
+            options["image_size"] = model.size
+        return torchvision.models.get_model(model.name, **options)
+
+    build.__name__ = build.__qualname__ = f"build_{model.name}"
+    return build
 
 
 def _entry(
@@ -217,16 +298,124 @@ def _canonical(name: str) -> str | None:
     return _LOOKUP.get(key) or _LOOKUP.get(key.replace("-", "_"))
 
 
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+def _find(name: str) -> ZooEntry | None:
+    """The entry for a paper network (its names and aliases win) or a torchvision model."""
+    canonical = _canonical(name)
+    if canonical is not None:
+        return ZOO[canonical]
+    model = torchvision_models().get(_key(name))
+    return None if model is None else _torchvision_entry(model)
+
+
 def _unknown(name: str, what: str = "not a zoo model") -> ModelError:
-    return ModelError(f"unknown model '{name}': {what} (zoo: {', '.join(zoo_names())})")
+    """One line: the close matches among every name the zoo knows, and the paper zoo."""
+    others = torchvision_models()
+    close = difflib.get_close_matches(_key(name), [*zoo_names(), *others], n=5, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return ModelError(
+        f"unknown model '{name}': {what}{hint} (zoo: {', '.join(zoo_names())}; and "
+        f"{len(others)} more torchvision models by name, see 'fusionplan zoo list --all')"
+    )
 
 
 def zoo_entry(name: str) -> ZooEntry:
-    """The registry entry for ``name``; ``ModelError`` listing the zoo if there is none."""
-    canonical = _canonical(name)
-    if canonical is None:
+    """The entry for ``name``; ``ModelError`` naming close matches if there is none."""
+    entry = _find(name)
+    if entry is None:
         raise _unknown(name)
-    return ZOO[canonical]
+    return entry
+
+
+# ----------------------------------------------------------------------------- torchvision
+_INDEXES: dict[Path, dict[str, TorchvisionModel]] = {}
+
+
+def _index() -> dict[str, TorchvisionModel]:
+    """Every torchvision classification and segmentation model, paper ones included, by name.
+
+    Read from ``torchvision-models-tv<version>-v<format>.json`` in the zoo cache; building
+    it imports torchvision (seconds), once per torchvision version and cache directory.
+    """
+    path = cache_dir() / (
+        f"torchvision-models-tv{_dist_version('torchvision')}-v{ZOO_FORMAT_VERSION}.json"
+    )
+    index = _INDEXES.get(path)
+    if index is None:
+        if path.is_file():
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            rows = _read_torchvision()
+            write_text_atomic(path, json.dumps(rows, indent=1) + "\n")
+        index = _INDEXES[path] = {r["name"]: TorchvisionModel(**r) for r in rows}
+    return index
+
+
+def _read_torchvision() -> list[dict[str, Any]]:
+    """The index rows, from torchvision's model lists and their weights' documentation."""
+    # torchvision (and torch) load only when the index is built
+    import torchvision.models
+
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for task, module in (
+            ("classification", torchvision.models),
+            ("segmentation", torchvision.models.segmentation),
+        ):
+            for name in torchvision.models.list_models(module=module):
+                try:
+                    weights = torchvision.models.get_model_weights(name).DEFAULT
+                except ValueError:  # no weights enum: nothing documented
+                    weights = None
+                rows.append(
+                    {
+                        "name": name,
+                        "task": task,
+                        "size": _documented_size(weights, task),
+                        "params": weights.meta.get("num_params") if weights else None,
+                    }
+                )
+    return rows
+
+
+def _documented_size(weights: Any, task: Task) -> int:
+    """The square input side torchvision documents for ``weights`` (module docstring)."""
+    if weights is not None:
+        transform = weights.transforms()
+        sides = getattr(transform, "crop_size" if task == "classification" else "resize_size", None)
+        if sides:
+            return int(sides[0])
+    return FALLBACK_SIZE[task]
+
+
+def torchvision_models() -> dict[str, TorchvisionModel]:
+    """The torchvision models the zoo builds by name beyond the paper's twelve (names that a
+    paper entry answers to, such as ``squeezenet1_0``, stay with the paper entry)."""
+    return {n: m for n, m in _index().items() if _canonical(n) is None}
+
+
+def default_input_size(name: str) -> int:
+    """torchvision's documented input side for model ``name`` (module docstring). A paper
+    entry keeps its own size (DeepLabV3 is 513 in the zoo, 520 here)."""
+    model = _index().get(_key(name))
+    if model is None:
+        raise _unknown(name, "not a torchvision classification or segmentation model")
+    return model.size
+
+
+def _torchvision_entry(model: TorchvisionModel) -> ZooEntry:
+    weights = "" if model.params is None else f", {model.params / 1e6:.1f}M weights"
+    return ZooEntry(
+        name=model.name,
+        constructor=_torchvision_builder(model),
+        input_shape=(1, 3, model.size, model.size),
+        description=f"{model.task}{weights}",
+        role="unseen",
+    )
 
 
 # ----------------------------------------------------------------------------- cache
@@ -303,7 +492,11 @@ def zoo_variant_path(name: str, size: int) -> Path:
         return zoo_path(entry.name)
     path = cache_dir() / cache_file_name(entry.name, size)
     if not (path.is_file() and data_path(path).is_file()):
-        variant = dataclasses.replace(entry, input_shape=(1, 3, size, size))
+        if entry.name in ZOO:
+            variant = dataclasses.replace(entry, input_shape=(1, 3, size, size))
+        else:  # rebuilt: a ViT's position embedding depends on the size
+            model = dataclasses.replace(torchvision_models()[entry.name], size=size)
+            variant = _torchvision_entry(model)
         proto = _export_proto(variant)
         write_atomic(path, lambda tmp: _save_external(proto, path, tmp))
     return path
@@ -336,7 +529,7 @@ def _export_proto(entry: ZooEntry) -> Any:
     import torch
 
     buffer = io.BytesIO()
-    with _single_thread(), warnings.catch_warnings(), torch.no_grad():
+    with _single_thread(), _exportable_attention(), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -375,6 +568,25 @@ def _single_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+@contextmanager
+def _exportable_attention() -> Iterator[None]:
+    """Turn off ``nn.MultiheadAttention``'s inference fast path while exporting.
+
+    In eval mode without grad it calls ``aten::_native_multi_head_attention``, which the
+    TorchScript exporter cannot translate (every ViT failed at opset 17); the regular path
+    is the same computation in exportable ops. Networks without that module are unaffected.
+    """
+    # torch (6 s to import) loads only when a model is exported
+    import torch
+
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(previous)
 
 
 def _save_external(proto: Any, final: Path, tmp: Path) -> None:
@@ -422,9 +634,10 @@ def model_source(spec: str | os.PathLike) -> Path:
         if not Path(text).is_file():
             raise ModelError(f"model file not found: {text}")
         return Path(text)
-    if _canonical(text) is None:
+    entry = _find(text)
+    if entry is None:
         raise _unknown(text, "not a file and not a zoo model")
-    return zoo_path(text)
+    return zoo_path(entry.name)
 
 
 def resolve_model(spec: str | os.PathLike, **import_options: Any) -> OpGraph:
@@ -436,8 +649,8 @@ def resolve_model(spec: str | os.PathLike, **import_options: Any) -> OpGraph:
 
     text = os.fspath(spec)
     path = model_source(text)
-    canonical = None if Path(text).is_file() else _canonical(text)
-    return load_model(path, name=canonical or path.stem, **import_options)
+    entry = None if Path(text).is_file() else _find(text)
+    return load_model(path, name=entry.name if entry else path.stem, **import_options)
 
 
 def list_zoo() -> list[ZooRow]:
@@ -445,3 +658,16 @@ def list_zoo() -> list[ZooRow]:
     return [
         ZooRow(e.name, e.input_size, e.description, e.role, is_cached(e.name)) for e in _ENTRIES
     ]
+
+
+def list_torchvision() -> list[ZooRow]:
+    """One row per torchvision model beyond the paper's, for ``fusionplan zoo list --all``."""
+    rows = []
+    for model in torchvision_models().values():
+        entry = _torchvision_entry(model)
+        rows.append(
+            ZooRow(
+                entry.name, entry.input_size, entry.description, entry.role, is_cached(model.name)
+            )
+        )
+    return rows

@@ -96,20 +96,26 @@ def test_names_are_case_insensitive_with_aliases(spec, canonical):
     assert zoo.zoo_entry(spec).name == canonical
 
 
-def test_unknown_name_lists_the_zoo():
+def test_unknown_name_lists_close_matches_and_the_zoo():
     with pytest.raises(ModelError) as info:
-        zoo.zoo_entry("foo")
+        zoo.zoo_entry("resnet19")
     message = str(info.value)
-    assert message.startswith("unknown model 'foo': ")
+    assert message.startswith("unknown model 'resnet19': not a zoo model; did you mean resnet18")
     assert "vgg16, squeezenet, mobilenet_v2" in message
+    assert f"{len(zoo.torchvision_models())} more torchvision models" in message
     assert "\n" not in message
+    with pytest.raises(ModelError, match="did you mean convnext_tiny"):  # a torchvision name
+        zoo.zoo_entry("convnxt-tiny")
 
 
 def test_resolve_model_unknown_spec_message():
     with pytest.raises(ModelError) as info:
         zoo.resolve_model("foo")
     assert str(info.value) == (
-        "unknown model 'foo': not a file and not a zoo model (zoo: " + ", ".join(PAPER_MODELS) + ")"
+        "unknown model 'foo': not a file and not a zoo model (zoo: "
+        + ", ".join(PAPER_MODELS)
+        + f"; and {len(zoo.torchvision_models())} more torchvision models by name, "
+        "see 'fusionplan zoo list --all')"
     )
 
 
@@ -312,6 +318,123 @@ def test_resolve_model_prefers_an_existing_file(tmp_path, monkeypatch):
     )
     monkeypatch.chdir(tmp_path)
     assert Counter(n.kind for n in zoo.resolve_model("resnet18").nodes)["concat"] == 8
+
+
+# ----------------------------------------------------------------------------- torchvision
+def test_every_torchvision_model_is_known_by_name():
+    """Paper names (and aliases such as squeezenet1_0) stay with the paper entries."""
+    import torchvision.models
+
+    listed = {
+        *torchvision.models.list_models(module=torchvision.models),
+        *torchvision.models.list_models(module=torchvision.models.segmentation),
+    }
+    others = zoo.torchvision_models()
+    assert {zoo.zoo_entry(n).name for n in listed} == set(others) | set(PAPER_MODELS)
+    assert set(others) == listed - {*PAPER_MODELS, "squeezenet1_0"}
+    assert "squeezenet1_0" not in others and "squeezenet1_1" in others
+    assert zoo.zoo_entry("squeezenet1_0").name == "squeezenet"
+    assert zoo.zoo_entry("deeplabv3_mobilenet_v3_large").input_shape == (1, 3, 513, 513)
+
+
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [
+        ("resnet18", 224),
+        ("inception_v3", 299),
+        ("efficientnet_b4", 380),
+        ("efficientnet_v2_s", 384),
+        ("swin_v2_t", 256),
+        ("vit_h_14", 518),
+        ("fcn_resnet50", 520),
+        ("deeplabv3_mobilenet_v3_large", 520),  # torchvision's; the paper entry keeps 513
+    ],
+)
+def test_default_input_size_is_torchvisions_documented_one(name, size):
+    assert zoo.default_input_size(name) == size
+    if name not in PAPER_MODELS:
+        assert zoo.zoo_entry(name).input_shape == (1, 3, size, size)
+
+
+def test_undocumented_input_size_falls_back_per_task():
+    assert zoo._documented_size(None, "classification") == 224
+    assert zoo._documented_size(None, "segmentation") == 520
+
+
+def test_torchvision_model_resolves_exports_once_is_cached_and_plans(monkeypatch):
+    from fusionplan.app import api
+
+    exports = []
+    original = zoo._export_proto
+    monkeypatch.setattr(zoo, "_export_proto", lambda e: exports.append(e.name) or original(e))
+    assert not zoo.is_cached("mnasnet0_5")
+    graph = zoo.resolve_model("MNASNet0_5")
+    assert graph.name == "mnasnet0_5"
+    assert [graph.tensors[t].shape for t in graph.inputs] == [(3, 224, 224)]
+    assert [graph.tensors[t].shape for t in graph.outputs] == [(1000, 1, 1)]
+    path = zoo.cache_dir() / zoo.cache_file_name("mnasnet0_5")
+    assert path.name.startswith("mnasnet0_5-224x224-torch") and zoo.is_cached("mnasnet0_5")
+    assert zoo.resolve_model("mnasnet0_5").name == "mnasnet0_5"  # the cache, not an export
+    assert exports == ["mnasnet0_5"]
+    plan = api.plan("mnasnet0_5", "128KB", "lbdf", budget=30)
+    assert plan.metrics.dram_mb > 0 and exports == ["mnasnet0_5"]
+    assert {r.name: r.cached for r in zoo.list_torchvision()}["mnasnet0_5"] is True
+
+
+def test_segmentation_model_exports_only_the_map():
+    graph = zoo.load_zoo_model("lraspp_mobilenet_v3_large")
+    assert [graph.tensors[t].shape for t in graph.inputs] == [(3, 520, 520)]
+    assert [graph.tensors[t].shape for t in graph.outputs] == [(21, 520, 520)]
+
+
+def test_builders_drop_training_heads_and_size_vit_embeddings():
+    import torch
+
+    torch.manual_seed(0)
+    assert zoo.zoo_entry("googlenet").constructor().aux1 is None
+    assert zoo.zoo_entry("inception_v3").constructor().AuxLogits is None
+    vit = zoo.TorchvisionModel("vit_b_32", "classification", 384, None)
+    assert zoo._torchvision_builder(vit)().image_size == 384
+
+
+def test_attention_exports_without_the_inference_fast_path():
+    """nn.MultiheadAttention's fast path (eval, no grad) is an op the exporter lacks."""
+    import torch
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patches = torch.nn.Conv2d(3, 8, 4, stride=4)
+            self.attention = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            tokens = self.patches(x).flatten(2).transpose(1, 2)
+            return self.attention(tokens, tokens, tokens, need_weights=False)[0]
+
+    entry = zoo.ZooEntry("attention", Attention, (1, 3, 16, 16), "one attention layer")
+    ops = {n.op_type for n in zoo._export_proto(entry).graph.node}
+    assert {"MatMul", "Softmax"} <= ops
+    assert torch.backends.mha.get_fastpath_enabled()  # restored
+
+
+def test_models_over_the_protobuf_limit_are_refused_before_building(tmp_path):
+    with pytest.raises(ModelError, match=r"vit_h_14 has 633M parameters .* 2 GiB protobuf"):
+        zoo.export_model("vit_h_14", tmp_path / "vit.onnx")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_names_resolve_without_torch_once_indexed(cache):
+    zoo.torchvision_models()  # builds this cache's index
+    code = (
+        "import sys, data.zoo as z; z.zoo_entry('convnext_tiny');"
+        " z.cache_file_name('fcn_resnet50');"
+        " print(len(z.torchvision_models()), 'torch' in sys.modules)"
+    )
+    env = {**os.environ, zoo.CACHE_ENV: str(cache)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [str(len(zoo.torchvision_models())), "False"]
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@
 :mod:`~fusionplan.app.bench.runner` executes them in parallel and resumably,
 :mod:`~fusionplan.app.bench.valid_share` computes Figure 3, :mod:`~fusionplan.app.bench.render`
 writes markdown and PNGs, and :func:`run_bench` ties them together. Search throughput and
-zoo timings live in :mod:`~fusionplan.app.bench.speed`.
+zoo timings live in :mod:`~fusionplan.app.bench.speed`; every torchvision model, imported and
+planned, in :mod:`~fusionplan.app.bench.catalogue` (its own generated section).
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ def machine_line() -> str:
     )
 
 
-def splice(path: Path, section: str) -> str:
-    """``path``'s text with the generated section replaced (or appended if it has none)."""
-    block = f"{BEGIN}\n{section.rstrip()}\n{END}\n"
+def splice(path: Path, section: str, *, begin: str = BEGIN, end: str = END) -> str:
+    """``path``'s text with the generated section between ``begin`` and ``end`` replaced
+    (or appended if it has none); other commands' sections use their own markers."""
+    block = f"{begin}\n{section.rstrip()}\n{end}\n"
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END) + r"\n?", re.S)
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", re.S)
     if pattern.search(old):
         return pattern.sub(lambda _: block, old, count=1)
     return old + ("\n" if old and not old.endswith("\n") else "") + ("\n" if old else "") + block

@@ -404,3 +404,40 @@ def _save(plt, fig, path: Path) -> Path:
         return write_atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
     finally:
         plt.close(fig)
+
+
+def point_label(scheme: str, buffer: str) -> str:
+    """The catalogue's key for one (scheme, buffer) point in a row's ``dram_mb``."""
+    return f"{scheme}/{buffer}"
+
+
+def catalogue_table(rows: Sequence[Row], points: Sequence[tuple[str, str]]) -> str:
+    """``fusionplan bench catalogue``: one line per model, its failure (if any) as a note."""
+    header = [
+        "model",
+        "input",
+        "ops",
+        "weights M",
+        "export s",
+        "import s",
+        "lower bound MB",
+        *[f"{scheme.upper()} {buffer} MB" for scheme, buffer in points],
+        "search s",
+        "note",
+    ]
+    body = [
+        [
+            r["model"],
+            r.get("input", "-"),
+            str(r.get("ops", "-")),
+            _fmt(r.get("weights_m"), 1),
+            _fmt(r.get("export_s"), 2) if r.get("export_s") is not None else "",
+            _fmt(r.get("import_s")),
+            _fmt(r.get("compulsory_mb")),
+            *[_fmt(r["dram_mb"].get(point_label(*point))) for point in points],
+            _fmt(r.get("search_s"), 1),
+            r.get("error", "").replace("|", "\\|"),
+        ]
+        for r in rows
+    ]
+    return _table(header, body)

@@ -1,4 +1,5 @@
-"""``fusionplan bench``: the paper's tables and figures, and speed measurements."""
+"""``fusionplan bench``: the paper's tables and figures, speed measurements, and the
+catalogue of every torchvision model planned."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import click
 
 from data.zoo import zoo_names
 from fusionplan.app.bench import BenchConfig, run_bench
+from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.cli.common import print_table, progress_bar, scheme_option
 from fusionplan.app.pipeline import PlanRequest
@@ -155,3 +157,74 @@ def bench_zoo(models) -> None:
             for r in rows
         ],
     )
+
+
+@bench_group.command("catalogue")
+@click.option(
+    "--models",
+    help="Comma list of zoo or torchvision names (default: every torchvision classification "
+    "and segmentation model, the paper's twelve first).",
+)
+@click.option("--schemes", default="lbdf,brr", show_default=True, help="Comma list.")
+@click.option("--buffers", default="128KB,512KB", show_default=True, help="Comma list.")
+@click.option("--search", "search_name", default="ls", show_default=True)
+@click.option("--splitter", default="tree", show_default=True)
+@click.option("--budget", type=int, default=1000, show_default=True, help="Plans per point.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    metavar="DIRECTORY",
+    default="bench-out/catalogue",
+    show_default=True,
+    help="Finished models (runs.jsonl) and catalogue.csv; rerunning resumes.",
+)
+@click.option(
+    "--report",
+    metavar="FILE",
+    help="Markdown file for the table (default OUT/catalogue.md); an existing file keeps "
+    "its text and gets only the catalogue's generated section replaced.",
+)
+@click.option("--retry-failed", is_flag=True, help="Run models whose stored row failed again.")
+@click.option("-q", "--quiet", is_flag=True)
+def bench_catalogue(
+    models,
+    schemes,
+    buffers,
+    search_name,
+    splitter,
+    budget,
+    seed,
+    out_dir,
+    report,
+    retry_failed,
+    quiet,
+) -> None:
+    """Export, import and plan every torchvision model (or --models): import time, op
+    count, compulsory traffic and the best DRAM at each scheme and buffer. A model that
+    fails gets a row saying why; each model runs in a worker process."""
+    check_output_path(out_dir, directory=True)
+    report_path = check_output_path(Path(out_dir) / "catalogue.md" if report is None else report)
+    config = CatalogueConfig(
+        schemes=_names(schemes) or (),
+        buffers=_names(buffers) or (),
+        search=search_name,
+        splitter=splitter,
+        budget=budget,
+        seed=seed,
+    )
+    if not config.points():
+        raise ConfigError("--schemes and --buffers must each name at least one value")
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    with progress_bar("catalogue models", enabled=not quiet) as progress:
+        rows = run_catalogue(
+            _names(models) or catalogue_models(),
+            config,
+            out_dir,
+            report_path,
+            retry_failed=retry_failed,
+            command=command or "fusionplan bench catalogue",
+            progress=progress,
+        )
+    failed = sum("error" in r for r in rows)
+    click.echo(f"wrote {report_path} ({len(rows)} models, {failed} with a failure row)")
