@@ -366,3 +366,70 @@ def strided_residual() -> onnx.ModelProto:
     p = net.op("AveragePool", [s], "pool.out", "pool", kernel_shape=[1, 1], strides=[2, 2])
     net.op("Add", [t, p], "y", "add")
     return net.model([("x", [1, 4, 8, 8])], [("y", [1, 4, 4, 4])], "strided_residual")
+
+
+# --------------------------------------------------------------- computed shapes
+def _int64(net: Net, name: str, value) -> str:
+    return net.const(name, np.array(value, np.int64))
+
+
+def channel_shuffle() -> onnx.ModelProto:
+    """x(1,8,4,4) -> conv 1x1 8->8 -> channel shuffle of 2 groups -> first half -> relu ->
+    y(1,4,4,4), every reshape target and slice bound computed from Shape in the graph, as
+    torchvision's ShuffleNetV2 exports it: Shape -> Gather(C) -> Div(2) -> Concat -> Reshape
+    to (1,2,4,4,4) -> Transpose -> Reshape back to the conv's Shape -> Slice [0, C/2).
+
+    onnx's own shape inference cannot follow the Div. Compute nodes left: conv, transpose,
+    chunk (the Slice), relu.
+    """
+    net = Net(18)
+    c = net.conv("x", "conv", 8, 8, k=1)
+    shape = net.op("Shape", [c], "shape", "shape")
+    channels = net.op("Gather", [shape, _int64(net, "one", 1)], "channels", "gather_c", axis=0)
+    half = net.op("Div", [channels, _int64(net, "two", 2)], "half", "div")
+    half = net.op("Unsqueeze", [half, _int64(net, "ax0", [0])], "half1", "unsqueeze")
+    hw = net.op("Slice", [shape, _int64(net, "s2", [2]), _int64(net, "s4", [4])], "hw", "hw")
+    target = net.op("Concat", [_int64(net, "groups", [1, 2]), half, hw], "target", "cat", axis=0)
+    t = net.op("Reshape", [c, target], "grouped", "reshape")
+    t = net.op("Transpose", [t], "swapped", "transpose", perm=[0, 2, 1, 3, 4])
+    t = net.op("Reshape", [t, shape], "shuffled", "reshape_back")
+    t = net.op("Slice", [t, _int64(net, "zero", [0]), half, _int64(net, "ax1", [1])], "h0", "chunk")
+    net.op("Relu", [t], "y", "relu")
+    return net.model([("x", [1, 8, 4, 4])], [("y", [1, 4, 4, 4])], "channel_shuffle")
+
+
+def computed_expand() -> onnx.ModelProto:
+    """A ViT's class token: tokens x(1,4,8) -> MatMul 8x8 -> Concat(Expand(cls), .) on the
+    token axis -> Add position embedding (1,5,8) -> LayerNormalization -> y(1,5,8), with the
+    Expand shape computed as torchvision's ViT exports it: Where(Equal(s, ConstantOfShape(
+    [3], 1) * -1), ConstantOfShape, s) for s = [1, -1, -1].
+
+    onnx's own shape inference leaves the Concat output unknown. Compute nodes left: proj
+    (64 weights), concat (the 8-element class token is its weight), add (40), ln (16).
+    """
+    net = Net(19)
+    t = net.op("MatMul", ["x", net.weight("proj.w", 8, 8)], "proj.out", "proj")
+    s = _int64(net, "s", [1, -1, -1])
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    ones = net.op("ConstantOfShape", [_int64(net, "three", [3])], "ones", "ones", value=one)
+    neg = net.op("Mul", [ones, _int64(net, "minus1", -1)], "neg", "neg")
+    eq = net.op("Equal", [s, neg], "eq", "eq")
+    target = net.op("Where", [eq, ones, s], "target", "where")
+    cls = net.op("Expand", [net.weight("cls", 1, 1, 8), target], "cls.out", "expand")
+    t = net.op("Concat", [cls, t], "cat.out", "concat", axis=1)
+    t = net.op("Add", [t, net.weight("pos", 1, 5, 8)], "add.out", "add")
+    ln = [net.const("ln.scale", np.ones(8, np.float32)), net.weight("ln.bias", 8)]
+    net.op("LayerNormalization", [t, *ln], "y", "ln", axis=-1)
+    return net.model([("x", [1, 4, 8])], [("y", [1, 5, 8])], "computed_expand")
+
+
+# ------------------------------------------------------------------- transformers
+def linear_gelu(opset: int = 20) -> onnx.ModelProto:
+    """Tokens x(1,4,8) -> linear (MatMul 8x16 + Add bias 16) -> Gelu -> y(1,4,16) (opset 20,
+    the first with a Gelu op). Labels 0 fc (128 weights), 1 bias (16), 2 gelu."""
+    net = Net(20)
+    t = net.op("MatMul", ["x", net.weight("fc.w", 8, 16)], "fc.out", "fc")
+    t = net.op("Add", [t, net.weight("fc.b", 16)], "bias.out", "bias")
+    net.op("Gelu", [t], "y", "gelu")
+    opsets = [helper.make_opsetid("", opset)]
+    return net.model([("x", [1, 4, 8])], [("y", [1, 4, 16])], "linear_gelu", opsets)

@@ -1,7 +1,10 @@
 """ONNX importer: graph clean-up (BN folding, view and constant removal), node attributes,
-topological labels, tensor-level edges, and one-line errors for bad input."""
+topological labels, tensor-level edges, shapes computed inside the graph, and one-line errors
+for bad input that say what to do."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import onnx
@@ -10,10 +13,13 @@ from onnx import helper, numpy_helper
 
 from fusionplan.ir.errors import GraphError, ModelError
 from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.io import write_atomic
 from fusionplan.ir.onnx_import import load_model
 from tests.onnx_builders import (
     FLOAT,
     Net,
+    channel_shuffle,
+    computed_expand,
     conv_bn,
     conv_chain,
     cyclic,
@@ -176,7 +182,8 @@ def test_unknown_op_is_an_error_with_strict_ops(op_type: str) -> None:
 def test_unknown_op_without_a_shape_names_the_op() -> None:
     model = with_unknown_op("MyOp")
     del model.graph.value_info[:]
-    one_line_error(ModelError, lambda: to_graph(model), "'u'", "MyOp node 'custom'")
+    # the inputs are static, so the fix is to declare the shape (or report the model)
+    one_line_error(ModelError, lambda: to_graph(model), "'u'", "MyOp node 'custom'", "value_info")
 
 
 # ---------------------------------------------------------- labels and edges
@@ -278,8 +285,16 @@ def test_not_onnx(tmp_path, content: bytes) -> None:
 
 def test_dynamic_input_shape_names_the_tensor(tmp_path) -> None:
     path = save(dynamic_batch(), tmp_path, "dyn")
-    one_line_error(ModelError, lambda: load_model(path), "'x'", "dynamic")
-    one_line_error(ModelError, lambda: to_graph(dynamic_batch()), "'x'")
+    # the message names the input and shows the option that fixes it, batch set to 1
+    one_line_error(ModelError, lambda: load_model(path), "'x'", "dynamic", "x=1x4x8x8")
+    one_line_error(ModelError, lambda: to_graph(dynamic_batch()), "'x'", "input_shapes")
+
+
+def test_symbolic_sequence_length_is_shown_as_a_placeholder() -> None:
+    net = Net(0)
+    net.op("Relu", ["tokens"], "y", "relu")
+    model = net.model([("tokens", ["N", "T", 8])], [("y", ["N", "T", 8])])
+    one_line_error(ModelError, lambda: to_graph(model), "(N, T, 8)", "tokens=1x<T>x8")
 
 
 def test_input_shapes_make_a_dynamic_model_loadable(tmp_path) -> None:
@@ -327,3 +342,96 @@ def test_graph_input_that_is_an_initializer_is_not_an_activation() -> None:
     assert [graph.tensors[t].name for t in graph.inputs] == ["x"]
     assert graph.nodes[0].weights == 148
     assert numpy_helper.to_array(w).shape == (4, 4, 3, 3)
+
+
+# ------------------------------------------------------------------ computed shapes
+def onnx_unknown(model: onnx.ModelProto) -> set[str]:
+    """Tensors that onnx's own shape inference (with data propagation) leaves unknown."""
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True).graph.value_info
+    return {
+        vi.name
+        for vi in inferred
+        if not all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+    }
+
+
+def test_channel_shuffle_shapes_computed_in_the_graph_are_resolved() -> None:
+    model = channel_shuffle()
+    assert {"swapped", "h0"} <= onnx_unknown(model)  # onnx gives up after the Div
+    graph = to_graph(model)
+    # Shape, Gather, Div, Unsqueeze, Slice(shape), Concat and both Reshapes are gone
+    assert names(graph) == ["conv", "transpose", "chunk", "relu"]
+    shape = {graph.tensors[t].name: graph.tensors[t].shape for t in range(len(graph.tensors))}
+    # the (1,2,4,4,4) transpose output keeps the rows of the map it shuffles: (8, 4, 4)
+    assert shape["swapped"] == (8, 4, 4)
+    assert shape["h0"] == shape["y"] == (4, 4, 4)  # the Slice's end C/2 was folded
+    assert named_edges(graph) == {
+        ("conv", "transpose", "conv.out"),  # through the computed Reshape
+        ("transpose", "chunk", "swapped"),  # through the Reshape back
+        ("chunk", "relu", "h0"),
+    }
+    assert [n.weights for n in graph.nodes] == [72, 0, 0, 0]  # bounds are settings
+
+
+def test_computed_expand_is_resolved() -> None:
+    model = computed_expand()
+    assert {"cls.out", "cat.out"} <= onnx_unknown(model)
+    graph = to_graph(model)
+    assert names(graph) == ["proj", "concat", "add", "ln"]
+    proj, concat, *_ = graph.nodes
+    # tokens are rows: 4 tokens of 8 features, then 5 with the class token
+    assert graph.tensors[proj.inputs[0]].shape == (8, 4, 1)
+    assert graph.tensors[concat.outputs[0]].shape == (8, 5, 1)
+    # the expanded class token (a constant subgraph) is the Concat's weight
+    assert [n.weights for n in graph.nodes] == [64, 8, 40, 16]
+
+
+# The brief's recipe: torch.onnx.export(model, x, path, dynamo=False, opset_version=17) at a
+# static input. Not under torch.no_grad(): that would send ViT's attention down PyTorch's
+# fused fast path, which the TorchScript exporter cannot export.
+@pytest.fixture(scope="module")
+def torchvision_onnx(fusionplan_cache):
+    def export(name: str):
+        path = fusionplan_cache / "import-tests" / f"{name}-opset17.onnx"
+        if path.is_file():
+            return path
+        # torch and torchvision (seconds to import) only for the tests that export
+        import torch
+        import torchvision
+
+        torch.manual_seed(0)
+        model = getattr(torchvision.models, name)(weights=None).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            write_atomic(
+                path,
+                lambda tmp: torch.onnx.export(
+                    model, (torch.zeros(1, 3, 224, 224),), str(tmp), dynamo=False, opset_version=17
+                ),
+            )
+        return path
+
+    return export
+
+
+@pytest.mark.slow
+def test_shufflenet_imports(torchvision_onnx) -> None:
+    graph = load_model(torchvision_onnx("shufflenet_v2_x1_0"))
+    assert len(graph.nodes) == 154
+    shuffles = [n for n in graph.nodes if n.op_type == "Transpose"]
+    assert len(shuffles) == 16  # one channel shuffle per block
+    v = graph.node_index[shuffles[0].name]
+    assert graph.tensors[shuffles[0].inputs[0]].shape == graph.out_shape(v) == (116, 28, 28)
+
+
+@pytest.mark.slow
+def test_vit_imports_with_tokens_as_rows(torchvision_onnx) -> None:
+    graph = load_model(torchvision_onnx("vit_b_16"))
+    linear = [n for n in graph.nodes if n.kind == "matmul" and n.weights]
+    attention = [n for n in graph.nodes if n.kind == "matmul" and not n.weights]
+    # per block: qkv, out projection and two MLP layers; the classifier reads one row
+    assert len(linear) == 12 * 4 + 1 and len(attention) == 12 * 2
+    assert [n.whole_input for n in linear] == [False] * 48 + [True]
+    assert all(n.whole_input for n in attention)  # Q.K^T and P.V need every row of K, V
+    assert graph.tensors[linear[0].inputs[0]].shape == (768, 197, 1)  # 197 tokens
+    assert graph.out_shape(graph.node_index[attention[0].name]) == (12, 197, 197)

@@ -1,10 +1,12 @@
 """ONNX -> :class:`OpGraph`.
 
 What the importer does, in order: load (weights stay on disk when stored externally), check
-the graph is a DAG, validate with ``onnx.checker``, infer static shapes, drop constant and
-shape subgraphs, remove view ops (reconnecting their edges), fold BatchNormalization into a
-preceding Conv, and turn every remaining op into a :class:`Node`. Unknown ops are kept as
-``other`` nodes with their tensor sizes unless ``strict_ops`` is set.
+the graph is a DAG, validate with ``onnx.checker``, infer static shapes (folding the shapes a
+model computes inside the graph, :mod:`fusionplan.ir.shapes`), drop constant and shape
+subgraphs, remove view ops (reconnecting their edges), fold BatchNormalization into a
+preceding Conv, find every tensor's row axis, and turn every remaining op into a
+:class:`Node`. Unknown ops are kept as ``other`` nodes with their tensor sizes unless
+``strict_ops`` is set.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from onnx import numpy_helper
 
 from fusionplan.ir.errors import GraphError, ModelError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, _topological_order
+from fusionplan.ir.shapes import Dims, chw, resolve_shapes, row_axes
 
 VIEW_OPS = frozenset({"Identity", "Dropout", "Flatten", "Reshape", "Squeeze", "Unsqueeze"})
 SHAPE_OPS = frozenset({"Shape", "Size"})  # outputs depend on static shapes only
@@ -76,7 +79,10 @@ SIMPLE_KINDS = {
 }
 # Ops whose constant inputs after the first are settings (sizes, bounds, axes, scales), not
 # weights: they are not counted in ``Node.weights``.
-PARAM_INPUT_OPS = frozenset({"Clip", "Pad", "Resize", "Upsample", "Slice", "Split"}) | REDUCE_OPS
+PARAM_INPUT_OPS = (
+    frozenset({"Clip", "Pad", "Resize", "Upsample", "Slice", "Split", "Gather", "Expand", "Tile"})
+    | REDUCE_OPS
+)
 KNOWN_OPS = (
     CONV_OPS | MATMUL_OPS | POOL_OPS | GLOBAL_OPS | REDUCE_OPS | ELTWISE_OPS | ACT_OPS
 ) | frozenset(SIMPLE_KINDS)
@@ -136,10 +142,10 @@ def graph_from_proto(
         text = " ".join(str(exc).split()) or "invalid"
         raise ModelError(f"invalid ONNX model: {text[:300]}") from None
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        shapes = resolve_shapes(model)
     except Exception as exc:
         raise ModelError(f"shape inference failed: {str(exc).splitlines()[0]}") from None
-    return _Importer(inferred, name, strict_ops).run()
+    return _Importer(model, name, strict_ops, shapes).run()
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -181,40 +187,16 @@ def _check_acyclic(graph) -> None:
         raise GraphError("the graph has a cycle; a fusion plan needs a DAG")
 
 
-def _static_dims(type_proto) -> tuple[int, ...] | None:
-    tt = type_proto.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    dims = []
-    for d in tt.shape.dim:
-        if not d.HasField("dim_value") or d.dim_value <= 0:
-            return None
-        dims.append(d.dim_value)
-    return tuple(dims)
-
-
-def _chw(dims: tuple[int, ...]) -> tuple[int, int, int]:
-    """Normalise a batch-1 shape to (C, H, W): rows are axis 2, anything past axis 3 is W."""
-    if len(dims) >= 4:
-        return (dims[1], dims[2], math.prod(dims[3:]))
-    if len(dims) == 3:
-        return (dims[1], dims[2], 1)
-    if len(dims) == 2:
-        return (dims[1], 1, 1)
-    if len(dims) == 1:
-        return (dims[0], 1, 1)
-    return (1, 1, 1)
-
-
 @dataclass
 class _Importer:
-    model: object
+    model: onnx.ModelProto
     name: str
     strict_ops: bool
+    shapes: dict[str, Dims | None]  # every tensor's static dims (resolve_shapes)
     alias: dict[str, str] = field(default_factory=dict)
     const_elems: dict[str, int] = field(default_factory=dict)
     const_values: dict[str, object] = field(default_factory=dict)
-    shapes: dict[str, tuple[int, ...] | None] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)  # row axis per activation tensor
 
     def run(self) -> OpGraph:
         g = self.model.graph
@@ -222,14 +204,14 @@ class _Importer:
             self.const_elems[init.name] = math.prod(init.dims)
             if math.prod(init.dims) <= 64 and not init.external_data:
                 self.const_values[init.name] = numpy_helper.to_array(init)
-        for vi in list(g.input) + list(g.value_info) + list(g.output):
-            self.shapes[vi.name] = _static_dims(vi.type)
 
         compute = []
         for node in g.node:
             if self._absorb_constant(node) or self._absorb_view(node):
                 continue
             compute.append(node)
+        inputs = [vi.name for vi in g.input]
+        self.rows = row_axes(list(g.node), self.shapes, self.const_elems, inputs, self.const_values)
         compute = self._fold_batchnorm(compute)
         if not compute:
             raise GraphError(f"model '{self.name}' has no compute ops")
@@ -303,27 +285,17 @@ class _Importer:
         tensor_ids: dict[str, int] = {}
         tensors: list[Tensor] = []
 
+        names = dict(zip(map(id, g.node), onnx_node_names(g), strict=True))
         made_by = {o: n for n in compute for o in n.output if o}
 
         def tensor_id(tname: str) -> int:
             if tname not in tensor_ids:
                 dims = self.shapes.get(tname)
-                if dims is None:
+                if dims is None or 0 in dims:
                     maker = made_by.get(tname)
-                    where = (
-                        f" (output of {maker.op_type} node '{maker.name}')"
-                        if maker and maker.name
-                        else f" (output of a {maker.op_type} node)"
-                        if maker
-                        else ""
-                    )
-                    raise ModelError(
-                        f"tensor '{tname}'{where} has a dynamic or unknown shape; export the "
-                        "model with static shapes or pass input shapes "
-                        "(--input-shape NAME=1x3x224x224)"
-                    )
+                    raise self._unknown_shape(tname, maker, maker and names[id(maker)])
                 tensor_ids[tname] = len(tensors)
-                tensors.append(Tensor(tname, _chw(dims), -1))
+                tensors.append(Tensor(tname, chw(dims, self.rows.get(tname)), -1))
             return tensor_ids[tname]
 
         graph_inputs = []
@@ -333,7 +305,6 @@ class _Importer:
 
         used = {self._resolve(t) for n in compute for t in n.input if t}
         used |= {self._resolve(o.name) for o in g.output}
-        names = dict(zip(map(id, g.node), onnx_node_names(g), strict=True))
         nodes = []
         for n in compute:
             if n.op_type not in KNOWN_OPS and self.strict_ops:
@@ -362,6 +333,30 @@ class _Importer:
             if src in tensor_ids and tensor_ids[src] not in graph_outputs:
                 graph_outputs.append(tensor_ids[src])
         return OpGraph.build(self.name, nodes, tensors, graph_inputs, graph_outputs)
+
+    def _unknown_shape(self, tname: str, maker, maker_name: str | None) -> ModelError:
+        """Say what the user can do about a tensor without a static shape: fix a symbolic
+        graph input (inputs are checked first, so any later tensor has static inputs), or
+        declare a shape that neither inference nor constant folding could find."""
+        inputs = {vi.name: vi for vi in self.model.graph.input}
+        if tname in inputs:
+            dims = inputs[tname].type.tensor_type.shape.dim
+            shown = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param for d in dims]
+            example = "x".join(
+                s if s.isdigit() else "1" if axis == 0 else f"<{s or '?'}>"
+                for axis, s in enumerate(shown)
+            )
+            return ModelError(
+                f"graph input '{tname}' has a dynamic shape ({', '.join(s or '?' for s in shown)})"
+                f"; give it a static one, e.g. --input-shape {tname}={example or '1x3x224x224'}"
+                f" (API: input_shapes={{'{tname}': (...)}})"
+            )
+        where = f" (output of {maker.op_type} node '{maker_name}')" if maker is not None else ""
+        return ModelError(
+            f"tensor '{tname}'{where} has no static shape although every graph input is "
+            "static: neither shape inference nor constant folding could resolve it; declare "
+            "its shape in the model's value_info, or report the model"
+        )
 
     def _make_node(self, n, name, inputs, outputs, weights, tensors) -> Node:
         attrs = {a.name: a for a in n.attribute}
@@ -407,18 +402,21 @@ class _Importer:
                 **common,
             )
         if op in MATMUL_OPS:
-            k = in_shapes[0][0] * in_shapes[0][1] * in_shapes[0][2] if in_shapes else 0
-            if op == "MatMul" and in_shapes:
-                # The shape the MatMul itself sees (after any removed Flatten/Reshape).
-                first = next((t for t in n.input if t and not self._is_const(t)), "")
-                dims = self.shapes.get(first) or self.shapes.get(tensors[inputs[0]].name) or ()
-                k = dims[-1] if dims else k
-            return Node(kind="matmul", macs=out_elems * k, whole_input=True, **common)
+            return Node(
+                kind="matmul",
+                macs=out_elems * self._contracted_length(n, attrs, in_shapes),
+                whole_input=not self._row_local_linear(n, attrs),
+                **common,
+            )
         if op in GLOBAL_OPS or (op in REDUCE_OPS and self._reduces_rows(n, attrs)):
             macs = sum(math.prod(s) for s in in_shapes)
             return Node(kind="global_pool", macs=macs, whole_input=True, **common)
         if op in ELTWISE_OPS:
             return Node(kind="eltwise", macs=out_elems, **common)
+        if op == "LayerNormalization":
+            first = attrs["axis"].i if "axis" in attrs else -1
+            over_rows = self._row_axis_in(n.input[0], first, None)
+            return Node(kind="act", macs=out_elems, whole_input=over_rows, **common)
         if op in ACT_OPS or op in REDUCE_OPS:
             return Node(kind="act", macs=out_elems, **common)
         if op == "Resize" or op == "Upsample":
@@ -426,12 +424,63 @@ class _Importer:
             window = 2 if mode in ("linear", "bilinear", "cubic") else 1
             return Node(kind="resize", kernel=(window, window), macs=out_elems, **common)
         if op in ("Softmax", "LogSoftmax"):
-            rank = len(self.shapes.get(tensors[inputs[0]].name) or ()) if inputs else 0
-            axis = attrs["axis"].i if "axis" in attrs else -1
-            axis = axis + rank if axis < 0 else axis
-            spatial = rank >= 3 and axis >= 2
-            return Node(kind="softmax", macs=out_elems, whole_input=spatial, **common)
+            # opset 13 normalises along `axis` (default -1); earlier opsets over every axis
+            # from `axis` (default 1) on
+            legacy = self._opset() < 13
+            axis = attrs["axis"].i if "axis" in attrs else 1 if legacy else -1
+            over_rows = self._row_axis_in(n.input[0], axis, None if legacy else axis)
+            return Node(kind="softmax", macs=out_elems, whole_input=over_rows, **common)
         return Node(kind=SIMPLE_KINDS.get(op, "other"), macs=0, **common)
+
+    def _opset(self) -> int:
+        return next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+    def _row_axis_in(self, tname: str, first: int, last: int | None) -> bool:
+        """True if axes ``first..last`` (``last`` None: to the end; negative counts from the
+        end) of the tensor ``tname``, as the op sees it, include its row axis."""
+        dims, row = self.shapes.get(tname), self.rows.get(tname)
+        if not dims or row is None:
+            return False
+        rank = len(dims)
+        last = rank - 1 if last is None else last % rank
+        return first % rank <= row <= last
+
+    def _row_local_linear(self, n, attrs) -> bool:
+        """A linear layer (activation times constant weight) whose contracted axis lies inside
+        a row: each output row needs one input row (docs/cost-model.md, "Transformers").
+
+        Not when the weight is not a constant (attention's Q.K^T and P.V need every row of
+        their second operand), when the activation's row axis is the contracted one (a
+        classifier over a flattened map), when the activation has a single row, or when the
+        op sees other rows than the tensor the cost model streams (a view that splits or
+        merges rows)."""
+        a = n.input[0]
+        if self._is_const(a) or len(n.input) < 2 or not self._is_const(n.input[1]):
+            return False
+        dims, row = self.shapes.get(a), self.rows.get(a)
+        if not dims or row is None or len(dims) < 2:
+            return False
+        if n.op_type == "Gemm":
+            contracted = 0 if "transA" in attrs and attrs["transA"].i else 1
+        else:
+            contracted = len(dims) - 1
+        source = self._resolve(a)
+        streamed = chw(self.shapes[source], self.rows.get(source))[1]
+        return row != contracted and dims[row] > 1 and dims[row] == streamed
+
+    def _contracted_length(self, n, attrs, in_shapes) -> int:
+        """K of a MatMul/Gemm: the length of the contracted axis as the op sees its operands
+        (after any removed Flatten/Reshape), MACs being output elements times K."""
+        a, b = (n.input[0], n.input[1]) if len(n.input) > 1 else (n.input[0], "")
+        trans_a = "transA" in attrs and attrs["transA"].i
+        trans_b = "transB" in attrs and attrs["transB"].i
+        if not self._is_const(a) and self.shapes.get(a):
+            dims = self.shapes[a]
+            return dims[(0 if trans_a else 1) if n.op_type == "Gemm" else -1]
+        if b and not self._is_const(b) and self.shapes.get(b):
+            dims = self.shapes[b]
+            return dims[(1 if trans_b else 0) if n.op_type == "Gemm" else max(len(dims) - 2, 0)]
+        return math.prod(in_shapes[0]) if in_shapes else 0
 
     def _init_dims(self, tname: str) -> tuple[int, ...] | None:
         tname = self._resolve(tname)
@@ -441,7 +490,7 @@ class _Importer:
         return None
 
     def _reduces_rows(self, n, attrs) -> bool:
-        """True if a Reduce* op reduces over the row axis (axis 2 of a rank-4 tensor)."""
+        """True if a Reduce* op reduces over its input's row axis (or over unknown axes)."""
         if "axes" in attrs:
             axes = list(attrs["axes"].ints)
         elif len(n.input) > 1 and n.input[1]:
@@ -451,5 +500,4 @@ class _Importer:
             axes = [int(a) for a in value.reshape(-1)]
         else:
             return True  # default: reduce over all axes
-        rank = len(self.shapes.get(self._resolve(n.input[0])) or (0, 0, 0, 0))
-        return any((a + rank if a < 0 else a) >= 2 for a in axes)
+        return any(self._row_axis_in(n.input[0], a, a) for a in axes)
