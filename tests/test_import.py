@@ -4,8 +4,6 @@ for bad input that say what to do."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
 import pytest
@@ -13,7 +11,6 @@ from onnx import helper, numpy_helper
 
 from fusionplan.ir.errors import GraphError, ModelError
 from fusionplan.ir.graph import OpGraph
-from fusionplan.ir.io import write_atomic
 from fusionplan.ir.onnx_import import load_model
 from tests.onnx_builders import (
     FLOAT,
@@ -32,6 +29,7 @@ from tests.onnx_builders import (
     shape_subgraph,
     split_model,
     to_graph,
+    torchvision_onnx,
     view_ops,
     views_only,
     with_unknown_op,
@@ -386,37 +384,9 @@ def test_computed_expand_is_resolved() -> None:
     assert [n.weights for n in graph.nodes] == [64, 8, 40, 16]
 
 
-# The brief's recipe: torch.onnx.export(model, x, path, dynamo=False, opset_version=17) at a
-# static input. Not under torch.no_grad(): that would send ViT's attention down PyTorch's
-# fused fast path, which the TorchScript exporter cannot export.
-@pytest.fixture(scope="module")
-def torchvision_onnx(fusionplan_cache):
-    def export(name: str):
-        path = fusionplan_cache / "import-tests" / f"{name}-opset17.onnx"
-        if path.is_file():
-            return path
-        # torch and torchvision (seconds to import) only for the tests that export
-        import torch
-        import torchvision
-
-        torch.manual_seed(0)
-        model = getattr(torchvision.models, name)(weights=None).eval()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            write_atomic(
-                path,
-                lambda tmp: torch.onnx.export(
-                    model, (torch.zeros(1, 3, 224, 224),), str(tmp), dynamo=False, opset_version=17
-                ),
-            )
-        return path
-
-    return export
-
-
 @pytest.mark.slow
-def test_shufflenet_imports(torchvision_onnx) -> None:
-    graph = load_model(torchvision_onnx("shufflenet_v2_x1_0"))
+def test_shufflenet_imports(fusionplan_cache) -> None:
+    graph = load_model(torchvision_onnx("shufflenet_v2_x1_0", fusionplan_cache))
     assert len(graph.nodes) == 154
     shuffles = [n for n in graph.nodes if n.op_type == "Transpose"]
     assert len(shuffles) == 16  # one channel shuffle per block
@@ -425,8 +395,8 @@ def test_shufflenet_imports(torchvision_onnx) -> None:
 
 
 @pytest.mark.slow
-def test_vit_imports_with_tokens_as_rows(torchvision_onnx) -> None:
-    graph = load_model(torchvision_onnx("vit_b_16"))
+def test_vit_imports_with_tokens_as_rows(fusionplan_cache) -> None:
+    graph = load_model(torchvision_onnx("vit_b_16", fusionplan_cache))
     linear = [n for n in graph.nodes if n.kind == "matmul" and n.weights]
     attention = [n for n in graph.nodes if n.kind == "matmul" and not n.weights]
     # per block: qkv, out projection and two MLP layers; the classifier reads one row
