@@ -10,18 +10,20 @@ from __future__ import annotations
 import random
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accel_model import Accelerator, make_cost_model
 from accel_model.layer import layer_geometry, single_layer_tiling
 from fusionplan.app import api
+from fusionplan.app.cli import cli
 from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.ir.graph import mask_of
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import make_splitter
 from search import FusionProblem, make_search
-from tests.onnx_builders import conv_chain, to_graph
+from tests.onnx_builders import conv_chain, save, to_graph
 from tests.random_dags import random_dag
 
 PROPS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -143,3 +145,20 @@ def test_zoo_sweeps_never_rise(model, scheme, search):
     assert [p.buffer_bytes for p in points] == sorted(p.buffer_bytes for p in points)
     dram = [p.plan.metrics.dram_bytes for p in points]
     assert dram == sorted(dram, reverse=True), dram
+
+
+def test_bench_sweeps_reports_curves_that_never_rise(tmp_path):
+    path = save(conv_chain(), tmp_path, "chain")
+    result = CliRunner().invoke(
+        cli,
+        ["bench", "sweeps", str(path), "--buffers", "150B,161B,300B,2KB", "--budget", "5"],
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("| chain")]
+    assert len(rows) == 2  # LBDF and BRR
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        curves = [[float(v) for v in cells[i].split(" / ")] for i in (2, 3, 4)]
+        for curve in curves[:2]:  # the warm-started heuristic and the tiled optimum
+            assert curve == sorted(curve, reverse=True) and len(curve) == 4
+        assert cells[5].startswith("0 / 0 / ") and cells[6] == "yes"

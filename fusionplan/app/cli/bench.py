@@ -9,10 +9,12 @@ from pathlib import Path
 
 import click
 
-from data.zoo import zoo_names
+from accel_model.accelerator import format_size, parse_size
+from data.zoo import zoo_entry, zoo_names
 from fusionplan.app.bench import BenchConfig, run_bench
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
 from fusionplan.app.bench.speed import search_speed, zoo_times
+from fusionplan.app.bench.sweeps import sweep_model
 from fusionplan.app.cli.common import print_table, progress_bar, scheme_option
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.ir.errors import ConfigError
@@ -228,3 +230,41 @@ def bench_catalogue(
         )
     failed = sum("error" in r for r in rows)
     click.echo(f"wrote {report_path} ({len(rows)} models, {failed} with a failure row)")
+
+
+@bench_group.command("sweeps")
+@click.argument("models", nargs=-1)
+@click.option("--schemes", default="lbdf,brr", show_default=True)
+@click.option("--buffers", default="64KB,128KB,256KB,512KB,1MB,2MB", show_default=True)
+@click.option("--search", "search_name", default="ls", show_default=True)
+@click.option("--budget", type=int, default=500, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def bench_sweeps(models, schemes, buffers, search_name, budget, seed) -> None:
+    """DRAM-vs-buffer curves of MODELS (default: the zoo): a warm-started heuristic sweep and
+    the exact optimum under the tiled and the paper single-layer costs; counts rising steps."""
+    sizes = [parse_size(b) for b in buffers.split(",") if b.strip()]
+    names = models or zoo_names()
+    for name in names:
+        if not Path(name).is_file():
+            zoo_entry(name)  # an unknown name fails before any work
+    rows = [
+        sweep_model(m, s, sizes, search=search_name, budget=budget, seed=seed)
+        for m in names
+        for s in _names(schemes) or ()
+    ]
+    # markdown, one row per curve: the table goes into docs/results.md as is
+    click.echo(
+        f"| model | scheme | {search_name} MB | optimum MB | paper optimum MB | rises "
+        "(heuristic / optimum / paper) | proven | s |"
+    )
+    click.echo("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        curves = (r.heuristic_mb, r.optimum_mb, r.paper_optimum_mb)
+        cells = [" / ".join(f"{v:.2f}" for v in c) for c in curves]
+        rises = " / ".join(str(r.rises(c)) for c in curves)
+        proven = "yes" if r.proven else "no"
+        click.echo(
+            f"| {r.model} | {r.scheme.upper()} | {' | '.join(cells)} | {rises} | {proven} "
+            f"| {r.seconds:.1f} |"
+        )
+    click.echo(f"buffers: {', '.join(format_size(b) for b in sorted(sizes))}")
