@@ -76,6 +76,7 @@ SIMPLE_KINDS = {
     "Split": "split",
     "Slice": "split",
     "Transpose": "other",
+    "Gather": "other",
 }
 # Ops whose constant inputs after the first are settings (sizes, bounds, axes, scales), not
 # weights: they are not counted in ``Node.weights``.
@@ -347,15 +348,16 @@ class _Importer:
                 for axis, s in enumerate(shown)
             )
             return ModelError(
-                f"graph input '{tname}' has a dynamic shape ({', '.join(s or '?' for s in shown)})"
-                f"; give it a static one, e.g. --input-shape {tname}={example or '1x3x224x224'}"
-                f" (API: input_shapes={{'{tname}': (...)}})"
+                f"tensor '{tname}' has a dynamic or unknown shape: it is a graph input with "
+                f"symbolic dimensions ({', '.join(s or '?' for s in shown)}); give it a static "
+                f"shape, e.g. --input-shape {tname}={example or '1x3x224x224'} "
+                f"(API: input_shapes={{'{tname}': (...)}})"
             )
         where = f" (output of {maker.op_type} node '{maker_name}')" if maker is not None else ""
         return ModelError(
-            f"tensor '{tname}'{where} has no static shape although every graph input is "
-            "static: neither shape inference nor constant folding could resolve it; declare "
-            "its shape in the model's value_info, or report the model"
+            f"tensor '{tname}'{where} has a dynamic or unknown shape although every graph "
+            "input is static: neither shape inference nor constant folding could resolve it; "
+            "declare its shape in the model's value_info, or report the model"
         )
 
     def _make_node(self, n, name, inputs, outputs, weights, tensors) -> Node:
