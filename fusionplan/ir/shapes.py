@@ -5,11 +5,12 @@ to the graph" and "Transformers").
 Shape resolution: ``onnx.shape_inference`` with data propagation gives up on shapes that a
 model computes at run time from other shapes (a channel shuffle's Shape -> Gather -> Div ->
 Slice, a ViT's Equal -> Where -> Expand of the class token). When every graph input is
-static, such a subgraph is a constant: :func:`resolve_shapes` evaluates each node whose
-inputs are all known small constants (initializers, Constant nodes, Shape/Size of a
-statically shaped tensor) with onnx's reference evaluator, feeds the values back as
-initializers of a weight-free working copy and infers again, until nothing new folds. The
-model itself is not changed (node names and order stay those of the file).
+static, such a subgraph is a constant: after one whole-model inference (on a copy without
+the large weights), :func:`resolve_shapes` walks the graph once in order, evaluates each
+node whose inputs are all known small constants (initializers, Constant nodes, Shape/Size
+of a statically shaped tensor) with onnx's reference evaluator, and re-infers each node with
+an unknown output from its now known inputs, constant ones passed as data. The model itself
+is not changed (node names and order stay those of the file).
 
 Row axes: the cost models stream tensors row by row, so the importer must know which axis of
 each tensor is the row axis. :func:`row_axes` seeds it from the ops that define a layout
@@ -228,7 +229,9 @@ def _evaluate(
         outs = ReferenceEvaluator(node, opsets=dict(opsets)).run(None, {i: values[i] for i in ins})
     except Exception:  # an op the reference evaluator lacks or rejects: leave it unfolded
         return None
-    return {name: np.asarray(o) for name, o in zip(node.output, outs, strict=False) if name}
+    arrays = {name: np.asarray(o) for name, o in zip(node.output, outs, strict=False) if name}
+    # shape data is numeric; a string or object tensor has no ONNX type to infer with
+    return arrays if all(a.dtype.kind in "biuf" for a in arrays.values()) else None
 
 
 # ------------------------------------------------------------------------ row axes
