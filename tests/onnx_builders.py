@@ -11,14 +11,12 @@ builder here (the importer keeps the given order among ready nodes).
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from fusionplan.ir.io import write_atomic
 from fusionplan.ir.onnx_import import graph_from_proto
 
 OPSET = 17
@@ -104,33 +102,6 @@ def to_graph(model: onnx.ModelProto, **kwargs):
 def save(model: onnx.ModelProto, directory: Path, name: str = "model") -> Path:
     path = Path(directory) / f"{name}.onnx"
     onnx.save(model, str(path))
-    return path
-
-
-def torchvision_onnx(name: str, cache: Path) -> Path:
-    """torchvision model ``name`` (weights=None, seeded, eval) at a 1x3x224x224 input, exported
-    by the plain recipe ``torch.onnx.export(model, x, path, dynamo=False, opset_version=17)``
-    into ``cache/import-tests`` (the session's throw-away cache; an existing file is reused).
-
-    Not under ``torch.no_grad()``: that sends a ViT's attention down PyTorch's fused fast
-    path, which the TorchScript exporter cannot export.
-    """
-    path = Path(cache) / "import-tests" / f"{name}-opset17.onnx"
-    if path.is_file():
-        return path
-    # torch and torchvision (seconds to import) load only for the tests that export
-    import torch
-    import torchvision
-
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None).eval()
-    x = torch.zeros(1, 3, 224, 224)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # exporter deprecation and tracer warnings
-        write_atomic(
-            path,
-            lambda tmp: torch.onnx.export(model, (x,), str(tmp), dynamo=False, opset_version=17),
-        )
     return path
 
 

@@ -9,6 +9,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from data.zoo import load_zoo_model
 from fusionplan.ir.errors import GraphError, ModelError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.onnx_import import load_model
@@ -29,7 +30,6 @@ from tests.onnx_builders import (
     shape_subgraph,
     split_model,
     to_graph,
-    torchvision_onnx,
     view_ops,
     views_only,
     with_unknown_op,
@@ -385,8 +385,8 @@ def test_computed_expand_is_resolved() -> None:
 
 
 @pytest.mark.slow
-def test_shufflenet_imports(fusionplan_cache) -> None:
-    graph = load_model(torchvision_onnx("shufflenet_v2_x1_0", fusionplan_cache))
+def test_shufflenet_imports() -> None:
+    graph = load_zoo_model("shufflenet_v2_x1_0")  # exported to the session's cache
     assert len(graph.nodes) == 154
     shuffles = [n for n in graph.nodes if n.op_type == "Transpose"]
     assert len(shuffles) == 16  # one channel shuffle per block
@@ -395,8 +395,8 @@ def test_shufflenet_imports(fusionplan_cache) -> None:
 
 
 @pytest.mark.slow
-def test_vit_imports_with_tokens_as_rows(fusionplan_cache) -> None:
-    graph = load_model(torchvision_onnx("vit_b_16", fusionplan_cache))
+def test_vit_imports_with_tokens_as_rows() -> None:
+    graph = load_zoo_model("vit_b_16")
     linear = [n for n in graph.nodes if n.kind == "matmul" and n.weights]
     attention = [n for n in graph.nodes if n.kind == "matmul" and not n.weights]
     # per block: qkv, out projection and two MLP layers; the classifier reads one row

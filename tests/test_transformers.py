@@ -12,10 +12,11 @@ import pytest
 from accel_model import Accelerator
 from accel_model.brr import BRR
 from accel_model.lbdf import LBDF
+from data.zoo import load_zoo_model
 from fusionplan.app.api import plan
 from fusionplan.ir.graph import OpGraph, mask_of
 from fusionplan.ir.onnx_import import load_model
-from tests.onnx_builders import Net, linear_gelu, save, to_graph, torchvision_onnx
+from tests.onnx_builders import Net, linear_gelu, save, to_graph
 
 D_MODEL, HEADS, TOKENS, FFN = 64, 4, 16, 128
 
@@ -165,9 +166,9 @@ def test_channels_last_block_keeps_the_image_rows() -> None:
 
 
 @pytest.mark.slow
-def test_vit_block_matches_the_hand_estimate(fusionplan_cache) -> None:
+def test_vit_block_matches_the_hand_estimate() -> None:
     """The numbers of docs/cost-model.md, "Transformers" (one ViT-B/16 encoder block)."""
-    graph = load_model(torchvision_onnx("vit_b_16", fusionplan_cache))
+    graph = load_zoo_model("vit_b_16")
     prefix = "/encoder/layers/encoder_layer_0/"
     block = [v for v, n in enumerate(graph.nodes) if n.name.startswith(prefix)]
     mlp = [v for v in block if "/ln_2/" in graph.nodes[v].name or "/mlp/" in graph.nodes[v].name]
