@@ -3,8 +3,9 @@
 ``python -m tests.regression.plan_digests --write FILE`` records, for every zoo model, both
 schemes, seeds 0-2 and the searches below, a SHA-256 of the plan's groups (ONNX node names,
 in execution order) and its DRAM bytes, under the paper's single-layer convention (the only
-one when they were recorded; docs/cost-model.md, "Single-layer cost"); ``--check FILE`` recomputes and compares them. Only
-the public API (``fp.plan``) is used, so the same script runs before and after a restructure.
+one when they were recorded; docs/cost-model.md, "Single-layer cost"); ``--check FILE``
+recomputes and compares them. Only the public API (``fp.plan``) is used, so the same script
+runs before and after a restructure.
 """
 
 from __future__ import annotations
