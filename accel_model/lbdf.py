@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from accel_model.base import CostModel, GroupCost
 from accel_model.registry import COST_MODELS
-from accel_model.rows import lbdf_lag, lbdf_rows
+from accel_model.rows import lbdf_input_rows, lbdf_lag
 from fusionplan.ir.graph import Group, bits
 
 
@@ -21,15 +21,24 @@ class LBDF(CostModel):
     def __init__(self, graph, accel) -> None:
         super().__init__(graph, accel)
         t = graph.tensors
-        # Per node: (line-buffer elements, lag, ((producer, row elements W*C) per input)).
-        self._node_terms = tuple(
-            (
-                lbdf_rows(n) * sum(t[ti].shape[0] * t[ti].shape[2] for ti in n.inputs),
-                lbdf_lag(graph, v),
-                tuple((t[ti].producer, t[ti].shape[0] * t[ti].shape[2]) for ti in n.inputs),
+        # Per node: (line-buffer elements, lag, ((producer, skip row elements) per input)).
+        # An input the line buffer already holds whole (attention's K^T, V) needs no skip rows.
+        terms = []
+        for v, n in enumerate(graph.nodes):
+            held = lbdf_input_rows(graph, v)
+            rows = [t[ti].shape[0] * t[ti].shape[2] for ti in n.inputs]
+            whole = [r >= t[ti].shape[1] > 1 for r, ti in zip(held, n.inputs, strict=True)]
+            terms.append(
+                (
+                    sum(r * row for r, row in zip(held, rows, strict=True)),
+                    lbdf_lag(graph, v),
+                    tuple(
+                        (t[ti].producer, 0 if w else row)
+                        for ti, row, w in zip(n.inputs, rows, whole, strict=True)
+                    ),
+                )
             )
-            for v, n in enumerate(graph.nodes)
-        )
+        self._node_terms = tuple(terms)
 
     def monotone_over_downsets(self) -> bool:
         return True  # every node's terms are fixed once its in-group producers are

@@ -23,6 +23,20 @@ def lbdf_rows(node: Node) -> int:
     return row_span(node) if is_windowed(node) else 1
 
 
+def lbdf_input_rows(graph: OpGraph, v: int) -> tuple[int, ...]:
+    """Line-buffer rows LBDF keeps per activation input of op ``v``.
+
+    ``lbdf_rows`` for each input, except the second operand of a MatMul between two
+    activations (attention's Q·K^T, P·V): every output row reads all of its rows, so the
+    whole tensor is held (docs/cost-model.md, "Transformers").
+    """
+    node = graph.nodes[v]
+    rows = [lbdf_rows(node)] * len(node.inputs)
+    if node.op_type == "MatMul" and len(node.inputs) == 2:
+        rows[1] = max(graph.tensors[node.inputs[1]].shape[1], 1)
+    return tuple(rows)
+
+
 def lbdf_lag(graph: OpGraph, v: int) -> int:
     """Rows of delay op ``v`` adds before its first output row."""
     node = graph.nodes[v]
@@ -47,7 +61,8 @@ def row_window(graph: OpGraph, v: int) -> tuple[float, float]:
         return float(row_span(node)), float(node.stride[0])
     if node.kind == "resize":
         return float(row_span(node)), h_in / h_out
-    return 1.0, h_in / h_out
+    s = h_in / h_out
+    return max(1.0, s), s  # an op that merges rows (S > 1) reads S of them per output row
 
 
 def input_rows(k: float, s: float, h_out_rows: int, h_cap: int) -> int:

@@ -14,7 +14,8 @@ import pytest
 
 from accel_model import Accelerator, compulsory_traffic, make_cost_model, unfusable_nodes
 from accel_model.brr import BRR
-from fusionplan.ir.graph import mask_of
+from accel_model.rows import row_window
+from fusionplan.ir.graph import Node, OpGraph, Tensor, mask_of
 from tests.onnx_builders import (
     conv_chain,
     residual_block,
@@ -293,3 +294,13 @@ def test_memo_hit_returns_the_same_object() -> None:
     assert (model.stats.queries, model.stats.hits) == (2, 1)
     model.cost(mask_of((0,)))
     assert (model.stats.queries, model.stats.hits) == (3, 1)
+
+
+def test_an_op_that_merges_rows_reads_all_of_them() -> None:
+    # a window-partition Transpose: (4, 14, 2) -> (28, 2, 2), S = 14 / 2 = 7, so one output
+    # row reads K = 7 input rows: footprint = out row 28 * 2 + 7 input rows of 4 * 2 = 112
+    x, y = Tensor("x", (4, 14, 2), -1), Tensor("y", (28, 2, 2), 0)
+    graph = OpGraph.build("merge", [Node("t", "Transpose", "other", (0,), (1,))], [x, y], [0], [1])
+    assert row_window(graph, 0) == (7.0, 7.0)
+    model = make_cost_model(graph, Accelerator(1 << 20, "brr"))
+    assert model.terms(mask_of((0,))).footprint == 56 + 56

@@ -12,7 +12,7 @@ import pytest
 
 from accel_model import Accelerator, compulsory_traffic, make_cost_model, unfusable_nodes
 from accel_model.lbdf import LBDF
-from fusionplan.ir.graph import mask_of
+from fusionplan.ir.graph import Node, OpGraph, Tensor, mask_of
 from tests.onnx_builders import (
     conv_chain,
     residual_block,
@@ -234,3 +234,20 @@ def test_memo_hit_returns_the_same_object() -> None:
     assert model.buffer_bytes(g) == first.buffer  # a third query, also a hit
     assert model.stats.hits == 2
     assert model.stats.hit_rate == pytest.approx(2 / 3)
+
+
+def test_activation_matmul_holds_its_second_operand_whole() -> None:
+    # q = relu(x), k = sigmoid(x) on x (2, 4, 3): rows of 2 * 3 = 6 elements, 4 rows.
+    # s = MatMul(q, k) reads all 4 rows of k: line q 1 row 6 + k whole 4 * 6 = 24, plus
+    # relu and sigmoid one row each (6 + 6); k is held whole, so no skip rows although
+    # MatMul waits for it. Group {relu, sigmoid, matmul}: line 6 + 6 + 6 + 24 = 42, skip 0.
+    x = Tensor("x", (2, 4, 3), -1)
+    q, k, s = Tensor("q", (2, 4, 3), 0), Tensor("k", (2, 4, 3), 1), Tensor("s", (2, 4, 4), 2)
+    nodes = [
+        Node("relu", "Relu", "act", (0,), (1,)),
+        Node("sig", "Sigmoid", "act", (0,), (2,)),
+        Node("mm", "MatMul", "matmul", (1, 2), (3,), whole_input=True),
+    ]
+    graph = OpGraph.build("attn", nodes, [x, q, k, s], [0], [3])
+    model = make_cost_model(graph, Accelerator(1 << 20, "lbdf"))
+    assert model.buffer_terms(mask_of((0, 1, 2))) == (0, 42, 0)

@@ -185,5 +185,6 @@ def test_vit_block_matches_the_hand_estimate() -> None:
     assert (terms.resident, terms.h_tile, terms.tiles) == (False, 10, 20)
     assert brr.terms(mask_of(core)).footprint == 1_386_072
     assert brr.terms(mask_of(attention)).footprint == 4_112_472
-    assert lbdf.buffer_terms(mask_of(core)) == (0, 7_032, 0)
-    assert lbdf.buffer_terms(mask_of(attention))[2] == 151_296  # V held for 197 rows
+    # Q and the probabilities one row each, K^T and V whole (197 rows of 768)
+    assert lbdf.buffer_terms(mask_of(core)) == (0, 768 + 2_364 + 2_364 + 2 * 151_296, 0)
+    assert lbdf.buffer_terms(mask_of(attention))[2] == 0  # V is held whole, not skipped
