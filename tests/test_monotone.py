@@ -162,3 +162,16 @@ def test_bench_sweeps_reports_curves_that_never_rise(tmp_path):
         for curve in curves[:2]:  # the warm-started heuristic and the tiled optimum
             assert curve == sorted(curve, reverse=True) and len(curve) == 4
         assert cells[5].startswith("0 / 0 / ") and cells[6] == "yes"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["shufflenet_v2_x0_5", "vit_b_16"])
+def test_a_channel_shuffle_cnn_and_a_vision_transformer_plan(model):
+    """Both were refused before shape resolution; both plan, validly and never dearer with
+    more buffer, under both schemes (the catalogue bench does every torchvision model)."""
+    for scheme in ("lbdf", "brr"):
+        points = api.sweep(model, ["128KB", "512KB"], scheme, search="ls", budget=60)
+        plans = [p.plan.validate() for p in points]
+        dram = [p.metrics.dram_bytes for p in plans]
+        assert dram[1] <= dram[0]
+        assert all(d >= p.metrics.lower_bound_bytes for d, p in zip(dram, plans, strict=True))
