@@ -59,6 +59,7 @@ FILE_OPTIONS = {
         ["bench", "--quick", "-q", "--report"],
         "fusionplan.app.cli.bench.run_bench",
     ),
+    "zoo export -o": (["zoo", "export", "resnet18", "-o"], "fusionplan.app.cli.zoo.export_model"),
 }
 DIR_OPTIONS = {
     "dataset generate -o": (

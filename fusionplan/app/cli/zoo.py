@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from data.zoo import export_model, list_torchvision, list_zoo, torchvision_models
-from fusionplan.app.cli.common import print_table
+from fusionplan.app.cli.common import OutputPath, print_table
 
 
 @click.group("zoo")
@@ -53,7 +53,7 @@ def zoo_list(as_json: bool, show_all: bool) -> None:
 
 @zoo_group.command("export")
 @click.argument("name")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True)
+@click.option("-o", "--output", type=OutputPath(), required=True)
 @click.option("--single-file", is_flag=True, help="Embed weights instead of FILE.data beside it.")
 def zoo_export(name: str, output: str, single_file: bool) -> None:
     """Export zoo model NAME (a paper model or any torchvision one) to an ONNX file."""
