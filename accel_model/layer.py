@@ -10,6 +10,9 @@ order moves the layer's io and weights at least once; they differ in what they r
   streams once per band of every strip;
 * ``channel-passes``: hold the weights of ``m`` output channels and a one-row input window,
   re-read the whole input once per pass;
+* ``output-tiles``: keep the partial sums of ``m`` output channels x ``p`` positions on chip
+  while the input channels stream by: weights are read once per position tile, the input
+  once per channel tile (the classic output-stationary tiling of a matmul);
 * ``streaming``: one output channel at a time with its input streamed through (always
   possible): the input is re-read once per output channel.
 
@@ -30,8 +33,8 @@ from fusionplan.ir.graph import OpGraph
 class LayerTiling(NamedTuple):
     """The chosen loop order of one layer and its traffic (elements, not bytes)."""
 
-    order: str  # "row-bands" | "channel-passes" | "streaming"
-    repeats: int  # weight reads (strips x bands) or input reads (passes, channels)
+    order: str  # "row-bands" | "channel-passes" | "output-tiles" | "streaming"
+    repeats: int  # weight reads (strips x bands), input reads (passes, channels) or tiles
     dram: int  # io + weights + re-reads, elements
 
 
@@ -47,6 +50,9 @@ class LayerGeometry(NamedTuple):
     out_width: int
     window: tuple[float, float]  # (K, S): input rows for h output rows = (h - 1) S + K
     in_rows: tuple[tuple[int, int], ...]  # per input: (row elements C*W, height)
+    groups: int  # a grouped conv's output channels read only their group's input channels
+    channel_weights: int  # weights per (output channel, input channel): K_h * K_w for a conv
+    staged_rows: int  # input rows of one input channel one output position reads
 
 
 def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
@@ -55,6 +61,9 @@ def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
     node = graph.nodes[v]
     c_out, h_out, w_out = graph.out_shape(v)
     ins = [tensors[t].shape for t in node.inputs]
+    k, s = window = row_window(graph, v)
+    c_in = max(sum(c for c, _, _ in ins), 1)
+    per_group = max(c_in // max(node.groups, 1), 1)
     return LayerGeometry(
         io=io,
         inputs=sum(c * h * w for c, h, w in ins),
@@ -63,8 +72,11 @@ def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
         out_height=max(h_out, 1),
         out_row=c_out * w_out,
         out_width=w_out,
-        window=row_window(graph, v),
+        window=window,
         in_rows=tuple((c * w, h) for c, h, w in ins),
+        groups=max(node.groups, 1),
+        channel_weights=math.ceil(node.weights / (max(c_out, 1) * per_group)),
+        staged_rows=max((input_rows(k, s, 1, h) for _, h, _ in ins), default=1),
     )
 
 
@@ -137,6 +149,29 @@ def _channel_passes(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None
     return LayerTiling("channel-passes", passes, geo.io + geo.weights + geo.inputs * (passes - 1))
 
 
+def _output_tiles(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
+    """Output-stationary tiling: partial sums of ``m`` channels x ``p`` positions stay on chip
+    while the input channels stream by, each staging its weights for the ``m`` channels and
+    its window for the ``p`` positions. Weights are read once per position tile, the input
+    once per channel tile (a grouped conv's tile reads only its groups' inputs)."""
+    if geo.weights == 0:
+        return None
+    positions = geo.out_height * max(geo.out_width, 1)
+    best: LayerTiling | None = None
+    for m in strip_counts(geo.out_channels):
+        staged = b * m * geo.channel_weights
+        p = min(positions, (beta - 1 - staged) // (b * (m + geo.staged_rows)))
+        if p < 1:
+            continue
+        channel_tiles = math.ceil(geo.out_channels / m)
+        position_tiles = math.ceil(positions / p)
+        input_reads = math.ceil(channel_tiles / geo.groups)
+        dram = geo.io + geo.weights * position_tiles + geo.inputs * (input_reads - 1)
+        if best is None or dram < best.dram:
+            best = LayerTiling("output-tiles", channel_tiles * position_tiles, dram)
+    return best
+
+
 def _streaming(geo: LayerGeometry) -> LayerTiling:
     if geo.weights == 0:
         return LayerTiling("streaming", 1, geo.io)
@@ -147,7 +182,12 @@ def _streaming(geo: LayerGeometry) -> LayerTiling:
 def single_layer_tiling(geo: LayerGeometry, b: int, beta: int) -> LayerTiling:
     """The cheapest loop order of one layer at buffer ``beta`` bytes (``b`` bytes/element).
 
-    Ties prefer the earlier order (row bands, then channel passes, then streaming).
+    Ties prefer the earlier order (row bands, channel passes, output tiles, streaming).
     """
-    options = [_row_bands(geo, b, beta), _channel_passes(geo, b, beta), _streaming(geo)]
+    options = [
+        _row_bands(geo, b, beta),
+        _channel_passes(geo, b, beta),
+        _output_tiles(geo, b, beta),
+        _streaming(geo),
+    ]
     return min((o for o in options if o is not None), key=lambda o: o.dram)

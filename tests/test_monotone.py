@@ -118,11 +118,14 @@ def test_the_paper_convention_is_not_monotone_and_tiled_is():
     paper_big = model(graph, 161, "brr", "paper").cost(conv2)
     assert (paper_small.valid, paper_small.dram) == (False, 768 + 296)  # io + weights once
     assert (paper_big.valid, paper_big.dram) == (True, 3136)  # more buffer, more DRAM
-    # Tiled, at both sizes: 3 column strips of bands of 4 rows (window 64 * 4 + 32 * 6 =
-    # 448, a third is 150 < 160): 6 weight reads, 768 + 6 * 296 = 2544. (Channel passes of
-    # one channel, 1 * (37 + 8) < 160 - 96, re-read the input 7 times: 2856.)
-    assert model(graph, 160, "brr").cost(conv2).dram == 2544
-    assert model(graph, 161, "brr").cost(conv2).dram == 2544
+    # Tiled, at both sizes: output tiles of 4 channels x 17 positions (partial sums 4 * 17
+    # plus, per input channel, 4 * 10 weights and 3 window rows for each of the 17 positions:
+    # 40 + 17 * (4 + 3) = 159 < 160): 2 channel tiles read the input twice, 4 position tiles
+    # read the weights 4 times: 768 + 4 * 296 + 256 = 2208. (Row bands in 3 column strips:
+    # 768 + 6 * 296 = 2544; channel passes of one channel: 2856.)
+    assert model(graph, 160, "brr").cost(conv2).dram == 2208
+    assert model(graph, 161, "brr").cost(conv2).dram == 2208
+    assert model(graph, 160, "brr").layer_tiling(2) == ("output-tiles", 8, 2208)
 
 
 def test_a_warm_started_search_is_never_worse_than_its_start():
