@@ -125,7 +125,3 @@ class CostModel(ABC):
     def weight_elements(self, group: Group) -> int:
         nodes = self.graph.nodes
         return sum(nodes[v].weights for v in bits(group))
-
-    def layer_by_layer_dram(self, group: Group) -> int:
-        """DRAM of a group run without fusion benefits: its io plus weights read once."""
-        return self.b * (self.io_elements(group) + self.weight_elements(group))

@@ -7,9 +7,9 @@ order moves the layer's io and weights at least once; they differ in what they r
 
 * ``row-bands``: split the width into ``n`` column strips (``n = 1`` when a whole row fits)
   and each strip's height into bands of ``h`` output rows whose input rows fit; every weight
-  streams once per band of every strip;
-* ``channel-passes``: hold the weights of ``m`` output channels and a one-row input window,
-  re-read the whole input once per pass;
+  streams once per band of every strip, and so does what a whole-input op reads in full;
+* ``channel-passes``: hold the weights of ``m`` output channels and the input window of one
+  output row, re-read the whole input once per pass;
 * ``output-tiles``: keep the partial sums of ``m`` output channels x ``p`` positions on chip
   while the input channels stream by: weights are read once per position tile, the input
   once per channel tile (the classic output-stationary tiling of a matmul);
@@ -27,7 +27,7 @@ import math
 from typing import NamedTuple
 
 from accel_model.rows import input_rows, row_window
-from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.graph import Node, OpGraph
 
 
 class LayerTiling(NamedTuple):
@@ -53,6 +53,8 @@ class LayerGeometry(NamedTuple):
     groups: int  # a grouped conv's output channels read only their group's input channels
     channel_weights: int  # weights per (output channel, input channel): K_h * K_w for a conv
     staged_rows: int  # input rows of one input channel one output position reads
+    whole: int  # input elements every band or strip must read in full (whole-input ops)
+    whole_rereads: int  # extra reads of ``whole`` when a weightless op streams
 
 
 def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
@@ -62,8 +64,6 @@ def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
     c_out, h_out, w_out = graph.out_shape(v)
     ins = [tensors[t].shape for t in node.inputs]
     k, s = window = row_window(graph, v)
-    c_in = max(sum(c for c, _, _ in ins), 1)
-    per_group = max(c_in // max(node.groups, 1), 1)
     return LayerGeometry(
         io=io,
         inputs=sum(c * h * w for c, h, w in ins),
@@ -75,9 +75,29 @@ def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
         window=window,
         in_rows=tuple((c * w, h) for c, h, w in ins),
         groups=max(node.groups, 1),
-        channel_weights=math.ceil(node.weights / (max(c_out, 1) * per_group)),
+        # per (output, input) channel pair: the kernel; a bias is not staged per input channel
+        channel_weights=node.kernel[0] * node.kernel[1] if node.kind == "conv" else 1,
         staged_rows=max((input_rows(k, s, 1, h) for _, h, _ in ins), default=1),
+        whole=_whole_input_elements(node, ins),
+        # a matmul of two activations re-reads its second operand per output row; any other
+        # whole-input op needs one more pass (e.g. a softmax's max/sum, then normalise)
+        whole_rereads=max(h_out - 1, 1) if _activation_matmul(node, ins) else 1,
     )
+
+
+def _activation_matmul(node: Node, ins: list[tuple[int, int, int]]) -> bool:
+    return node.op_type == "MatMul" and len(ins) == 2
+
+
+def _whole_input_elements(node: Node, ins: list[tuple[int, int, int]]) -> int:
+    """What each band or strip of a whole-input op reads in full: the second operand of a
+    matmul of two activations (every output row reads all of it), else all its inputs."""
+    if not node.whole_input:
+        return 0
+    if _activation_matmul(node, ins):
+        c, h, w = ins[1]
+        return c * h * w
+    return sum(c * h * w for c, h, w in ins)
 
 
 def window_elements(geo: LayerGeometry, h: int) -> int:
@@ -90,7 +110,7 @@ def _fits(elements: int, b: int, beta: int) -> bool:
     return b * elements < beta  # strict, as every validity test (docs/cost-model.md)
 
 
-def strip_counts(width: int) -> list[int]:
+def tile_counts(width: int) -> list[int]:
     """Column-strip counts tried for an output ``width``: 1, 2, 3, 4, 6, 8, 12, ... and the
     width itself. Fixed per layer (not per buffer), so the cost stays monotone."""
     counts = {width}
@@ -122,13 +142,14 @@ def _bands(geo: LayerGeometry, strips: int, b: int, beta: int) -> int | None:
 
 def _row_bands(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
     best: LayerTiling | None = None
-    for strips in strip_counts(max(geo.out_width, 1)):
+    for strips in tile_counts(max(geo.out_width, 1)):
         bands = _bands(geo, strips, b, beta)
         if bands is None:
             continue
         repeats = strips * bands
         if best is None or repeats < best.repeats:
-            best = LayerTiling("row-bands", repeats, geo.io + geo.weights * repeats)
+            dram = geo.io + (geo.weights + geo.whole) * repeats - geo.whole
+            best = LayerTiling("row-bands", repeats, dram)
         if bands == 1:
             break  # more strips only re-read the weights more often
     return best
@@ -158,7 +179,7 @@ def _output_tiles(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
         return None
     positions = geo.out_height * max(geo.out_width, 1)
     best: LayerTiling | None = None
-    for m in strip_counts(geo.out_channels):
+    for m in tile_counts(geo.out_channels):
         staged = b * m * geo.channel_weights
         p = min(positions, (beta - 1 - staged) // (b * (m + geo.staged_rows)))
         if p < 1:
@@ -174,7 +195,8 @@ def _output_tiles(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
 
 def _streaming(geo: LayerGeometry) -> LayerTiling:
     if geo.weights == 0:
-        return LayerTiling("streaming", 1, geo.io)
+        reads = geo.whole_rereads if geo.whole else 0
+        return LayerTiling("streaming", 1 + reads, geo.io + geo.whole * reads)
     reads = geo.out_channels
     return LayerTiling("streaming", reads, geo.io + geo.weights + geo.inputs * (reads - 1))
 

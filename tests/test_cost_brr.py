@@ -134,12 +134,13 @@ def test_unfusable_singletons() -> None:
     assert unfusable_nodes(brr(conv_chain, beta=161)) == 0
     # run alone (docs/cost-model.md, "Single-layer cost"); F_beta reports the footprint.
     # conv1 (4,8,8) -> (4,8,8): one output row needs 32 + 3 * 32 = 128 >= 100 and leaves
-    # no room for a channel pass. In 6 column strips all 8 rows fit at once (window
-    # 32 * 8 + 32 * 8 = 512, 512 / 6 -> 86 < 100): the weights stream once per strip,
-    # 512 + 148 * 6 = 1400 (fewer strips need more bands: 2 strips x 4 bands, 4 x 2, 3 x 3;
-    # streaming one channel at a time would cost 512 + 148 + 3 * 256 = 1428)
-    assert brr(conv_chain, beta=100).cost(mask_of((0,))) == (128, 512 + 148 * 6, False)
-    assert brr(conv_chain, beta=100).layer_tiling(0) == ("row-bands", 6, 1400)
+    # no room for a channel pass. Output tiles of m = 2 channels x p = 16 positions (per input
+    # channel 2 * 9 weights, and 16 * (2 partial sums + 3 window rows): 18 + 80 = 98 < 100):
+    # 2 channel tiles read the 256-element input twice, 4 position tiles read the 148
+    # weights 4 times: 512 + 4 * 148 + 256 = 1360. (Row bands in 6 column strips:
+    # 512 + 6 * 148 = 1400; streaming one channel at a time: 512 + 148 + 3 * 256 = 1428.)
+    assert brr(conv_chain, beta=100).cost(mask_of((0,))) == (128, 1360, False)
+    assert brr(conv_chain, beta=100).layer_tiling(0) == ("output-tiles", 8, 1360)
     paper = make_cost_model(to_graph(conv_chain()), Accelerator(100, "brr", 1, "paper"))
     assert paper.cost(mask_of((0,))) == (128, 512 + 148, False)
     check_tiling(brr(conv_chain, beta=100), (0,), False, 0, 1)

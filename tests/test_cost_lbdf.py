@@ -70,7 +70,7 @@ def test_conv_chain_two_bytes_per_element() -> None:
     assert model.buffer_terms(whole) == (444, 224, 0)  # still elements
     assert model.buffer_bytes(whole) == 2 * (444 + 224)  # 1336
     assert model.dram_bytes(whole) == 2 * (768 + 444)  # 2424
-    assert model.layer_by_layer_dram(mask_of((0,))) == 2 * (512 + 148)
+    assert model.dram_bytes(mask_of((0,))) == 2 * (512 + 148)  # conv1 alone fits: io + W
 
 
 def test_validity_is_strict() -> None:
@@ -251,3 +251,23 @@ def test_activation_matmul_holds_its_second_operand_whole() -> None:
     graph = OpGraph.build("attn", nodes, [x, q, k, s], [0], [3])
     model = make_cost_model(graph, Accelerator(1 << 20, "lbdf"))
     assert model.buffer_terms(mask_of((0, 1, 2))) == (0, 42, 0)
+
+
+def test_activation_matmul_alone_rereads_its_second_operand() -> None:
+    # The same q.k matmul alone at 40 B: window of one output row = out 2 * 4 + all 4 rows of
+    # q and k (6 * 4 each) = 56, too big. In 3 column strips the whole 4-row window fits
+    # (8 * 4 + 48 = 80, a third 27 < 40): 3 strips, each reading all of k (24):
+    # io 24 + 24 + 32 = 80, + 2 * 24 re-reads = 128. Streaming q row by row would re-read k
+    # for each of the 4 output rows (80 + 3 * 24 = 152); two passes would be too optimistic.
+    x = Tensor("x", (2, 4, 3), -1)
+    q, k, s = Tensor("q", (2, 4, 3), 0), Tensor("k", (2, 4, 3), 1), Tensor("s", (2, 4, 4), 2)
+    nodes = [
+        Node("relu", "Relu", "act", (0,), (1,)),
+        Node("sig", "Sigmoid", "act", (0,), (2,)),
+        Node("mm", "MatMul", "matmul", (1, 2), (3,), whole_input=True),
+    ]
+    graph = OpGraph.build("attn", nodes, [x, q, k, s], [0], [3])
+    model = make_cost_model(graph, Accelerator(40, "lbdf"))
+    assert model.layer_tiling(2) == ("row-bands", 3, 128)
+    # LBDF itself holds one row of q and all of k (6 + 24 = 30 < 40): it fits, io only
+    assert model.cost(mask_of((2,))) == (30, 80, True)

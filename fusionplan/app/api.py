@@ -79,7 +79,8 @@ def sweep(
     """Plan ``model`` at each buffer size (same search settings); DRAM-vs-buffer curve.
 
     Points come back smallest buffer first; each search is warm-started from the previous
-    point's plan, so DRAM never rises with the buffer (:func:`sweep_graph`)."""
+    point's plan, so with the default ``tiled`` single-layer cost DRAM never rises with the
+    buffer (:func:`sweep_graph`)."""
     if not buffers:
         raise ConfigError("sweep needs at least one buffer size")
     requests = [PlanRequest(buffer=b, scheme=scheme, **options).check() for b in buffers]

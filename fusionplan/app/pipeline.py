@@ -93,6 +93,8 @@ def plan_graph(
     ``warm_start`` plans (of the same graph) are the search's starting incumbents
     (``FusionProblem.warm_start``): the result is never worse than any of them.
     """
+    if any(p.graph is not graph for p in warm_start):
+        raise ConfigError("warm-start plans must be plans of the graph being planned")
     pipeline = assemble(graph, request)
     pipeline.problem.warm_start = [tuple(p.groups) for p in warm_start]
     return pipeline.run(progress)
@@ -106,8 +108,9 @@ def sweep_graph(
     """Plan ``graph`` at each request's buffer, smallest first, each warm-started from the
     best plan at the next smaller buffer of the same scheme.
 
-    A plan valid at a buffer is valid and no dearer at a larger one (docs/cost-model.md,
-    "Single-layer cost"), so the DRAM curve never rises with the buffer, whatever the search.
+    With the default ``tiled`` single-layer cost a plan valid at a buffer is valid and no
+    dearer at a larger one (docs/cost-model.md, "Single-layer cost"), so the DRAM curve never
+    rises with the buffer, whatever the search (the ``paper`` convention can rise).
     Progress counts proposals over the whole sweep.
     """
     order = sorted(requests, key=lambda r: r.accelerator().buffer_bytes)
