@@ -236,11 +236,8 @@ def test_memo_hit_returns_the_same_object() -> None:
     assert model.stats.hit_rate == pytest.approx(2 / 3)
 
 
-def test_activation_matmul_holds_its_second_operand_whole() -> None:
-    # q = relu(x), k = sigmoid(x) on x (2, 4, 3): rows of 2 * 3 = 6 elements, 4 rows.
-    # s = MatMul(q, k) reads all 4 rows of k: line q 1 row 6 + k whole 4 * 6 = 24, plus
-    # relu and sigmoid one row each (6 + 6); k is held whole, so no skip rows although
-    # MatMul waits for it. Group {relu, sigmoid, matmul}: line 6 + 6 + 6 + 24 = 42, skip 0.
+def attention_scores() -> OpGraph:
+    """q = relu(x), k = sigmoid(x), s = MatMul(q, k): x, q, k (2, 4, 3), s (2, 4, 4)."""
     x = Tensor("x", (2, 4, 3), -1)
     q, k, s = Tensor("q", (2, 4, 3), 0), Tensor("k", (2, 4, 3), 1), Tensor("s", (2, 4, 4), 2)
     nodes = [
@@ -248,7 +245,15 @@ def test_activation_matmul_holds_its_second_operand_whole() -> None:
         Node("sig", "Sigmoid", "act", (0,), (2,)),
         Node("mm", "MatMul", "matmul", (1, 2), (3,), whole_input=True),
     ]
-    graph = OpGraph.build("attn", nodes, [x, q, k, s], [0], [3])
+    return OpGraph.build("attn", nodes, [x, q, k, s], [0], [3])
+
+
+def test_activation_matmul_holds_its_second_operand_whole() -> None:
+    # q = relu(x), k = sigmoid(x) on x (2, 4, 3): rows of 2 * 3 = 6 elements, 4 rows.
+    # s = MatMul(q, k) reads all 4 rows of k: line q 1 row 6 + k whole 4 * 6 = 24, plus
+    # relu and sigmoid one row each (6 + 6); k is held whole, so no skip rows although
+    # MatMul waits for it. Group {relu, sigmoid, matmul}: line 6 + 6 + 6 + 24 = 42, skip 0.
+    graph = attention_scores()
     model = make_cost_model(graph, Accelerator(1 << 20, "lbdf"))
     assert model.buffer_terms(mask_of((0, 1, 2))) == (0, 42, 0)
 
@@ -259,14 +264,7 @@ def test_activation_matmul_alone_rereads_its_second_operand() -> None:
     # (8 * 4 + 48 = 80, a third 27 < 40): 3 strips, each reading all of k (24):
     # io 24 + 24 + 32 = 80, + 2 * 24 re-reads = 128. Streaming q row by row would re-read k
     # for each of the 4 output rows (80 + 3 * 24 = 152); two passes would be too optimistic.
-    x = Tensor("x", (2, 4, 3), -1)
-    q, k, s = Tensor("q", (2, 4, 3), 0), Tensor("k", (2, 4, 3), 1), Tensor("s", (2, 4, 4), 2)
-    nodes = [
-        Node("relu", "Relu", "act", (0,), (1,)),
-        Node("sig", "Sigmoid", "act", (0,), (2,)),
-        Node("mm", "MatMul", "matmul", (1, 2), (3,), whole_input=True),
-    ]
-    graph = OpGraph.build("attn", nodes, [x, q, k, s], [0], [3])
+    graph = attention_scores()
     model = make_cost_model(graph, Accelerator(40, "lbdf"))
     assert model.layer_tiling(2) == ("row-bands", 3, 128)
     # LBDF itself holds one row of q and all of k (6 + 24 = 30 < 40): it fits, io only
