@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from accel_model.rows import input_rows, row_window
+from accel_model.rows import input_rows, is_activation_matmul, row_window
 from fusionplan.ir.graph import Node, OpGraph
 
 
@@ -81,12 +81,8 @@ def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
         whole=_whole_input_elements(node, ins),
         # a matmul of two activations re-reads its second operand per output row; any other
         # whole-input op needs one more pass (e.g. a softmax's max/sum, then normalise)
-        whole_rereads=max(h_out - 1, 1) if _activation_matmul(node, ins) else 1,
+        whole_rereads=max(h_out - 1, 1) if is_activation_matmul(node) else 1,
     )
-
-
-def _activation_matmul(node: Node, ins: list[tuple[int, int, int]]) -> bool:
-    return node.op_type == "MatMul" and len(ins) == 2
 
 
 def _whole_input_elements(node: Node, ins: list[tuple[int, int, int]]) -> int:
@@ -94,7 +90,7 @@ def _whole_input_elements(node: Node, ins: list[tuple[int, int, int]]) -> int:
     matmul of two activations (every output row reads all of it), else all its inputs."""
     if not node.whole_input:
         return 0
-    if _activation_matmul(node, ins):
+    if is_activation_matmul(node):
         c, h, w = ins[1]
         return c * h * w
     return sum(c * h * w for c, h, w in ins)

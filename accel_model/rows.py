@@ -23,6 +23,12 @@ def lbdf_rows(node: Node) -> int:
     return row_span(node) if is_windowed(node) else 1
 
 
+def is_activation_matmul(node: Node) -> bool:
+    """A MatMul of two activations (attention's Q·K^T, P·V): every output row reads all of
+    its second operand, which both schemes' single-layer and LBDF costs account for."""
+    return node.op_type == "MatMul" and len(node.inputs) == 2
+
+
 def lbdf_input_rows(graph: OpGraph, v: int) -> tuple[int, ...]:
     """Line-buffer rows LBDF keeps per activation input of op ``v``.
 
@@ -32,7 +38,7 @@ def lbdf_input_rows(graph: OpGraph, v: int) -> tuple[int, ...]:
     """
     node = graph.nodes[v]
     rows = [lbdf_rows(node)] * len(node.inputs)
-    if node.op_type == "MatMul" and len(node.inputs) == 2:
+    if is_activation_matmul(node):
         rows[1] = max(graph.tensors[node.inputs[1]].shape[1], 1)
     return tuple(rows)
 
