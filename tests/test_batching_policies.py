@@ -1,0 +1,142 @@
+"""Batching policies, the batch-count lower bound and the FSM's Q-learning (issue 13)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fusionplan.ir.errors import ConfigError
+from fusionplan.passes.batching.bounds import lower_bound, optimal_batches, type_path_counts
+from fusionplan.passes.batching.frontier import Frontier
+from fusionplan.passes.batching.fsm import FSMPolicy, QLearningConfig, QTable, train_fsm
+from fusionplan.passes.batching.graph import DataflowGraph, Node, check_schedule
+from fusionplan.passes.batching.policies import AgendaPolicy, DepthPolicy
+
+
+def chains(lengths: list[int]) -> DataflowGraph:
+    """A BiLSTM-shaped graph: embed, a shared zero state, forward and backward chains, tags."""
+    nodes: list[Node] = []
+    inst: list[int] = []
+
+    def add(node: Node, s: int) -> int:
+        nodes.append(node)
+        inst.append(s)
+        return len(nodes) - 1
+
+    for s, length in enumerate(lengths):
+        emb = [add(Node("embed", (), 1), s) for _ in range(length)]
+        zero = add(Node("zero"), s)
+        fwd, prev = [], zero
+        for i in range(length):
+            prev = add(Node("fwd", (emb[i], prev)), s)
+            fwd.append(prev)
+        bwd: list[int] = [0] * length
+        prev = zero
+        for i in reversed(range(length)):
+            prev = add(Node("bwd", (emb[i], prev)), s)
+            bwd[i] = prev
+        for i in range(length):
+            add(Node("tag", (fwd[i], bwd[i])), s)
+    return DataflowGraph(tuple(nodes), tuple(inst))
+
+
+def random_typed_dag(rng: random.Random, n: int, kinds: int) -> DataflowGraph:
+    """Random DAG: each node reads 0-2 earlier nodes; arity fixed per type by the type name."""
+    nodes: list[Node] = []
+    for i in range(n):
+        arity = min(rng.randint(0, 2), i)
+        kind = f"t{arity}{rng.randrange(kinds)}"
+        nodes.append(Node(kind, tuple(rng.sample(range(i), arity))))
+    return DataflowGraph(tuple(nodes), tuple([0] * n))
+
+
+@st.composite
+def small_dags(draw: st.DrawFn) -> DataflowGraph:
+    seed = draw(st.integers(0, 10**6))
+    return random_typed_dag(random.Random(seed), draw(st.integers(1, 11)), draw(st.integers(1, 3)))
+
+
+def test_lower_bound_by_hand_on_two_chains():
+    graph = chains([2, 3])
+    # one embed batch, one zero batch, 3 forward steps, 3 backward steps, one tag batch
+    assert type_path_counts(graph) == {"embed": 1, "zero": 1, "fwd": 3, "bwd": 3, "tag": 1}
+    assert lower_bound(graph) == 9
+    assert optimal_batches(graph) == 9
+
+
+@settings(max_examples=120, deadline=None)
+@given(small_dags())
+def test_lower_bound_never_exceeds_the_brute_force_optimum(graph):
+    best = optimal_batches(graph)
+    assert lower_bound(graph) <= best
+    for policy in (DepthPolicy(), AgendaPolicy()):
+        batches = policy.schedule(graph)
+        check_schedule(graph, batches)
+        assert len(batches) >= best
+
+
+def test_optimum_can_exceed_the_bound():
+    """Two types in opposite orders on two paths from one source: s-a-b and s-b-a."""
+    nodes = (Node("s"), Node("a", (0,)), Node("b", (0,)), Node("b", (1,)), Node("a", (2,)))
+    graph = DataflowGraph(nodes, (0,) * 5)
+    assert lower_bound(graph) == 3
+    assert optimal_batches(graph) == 4
+
+
+def test_check_schedule_rejects_bad_schedules():
+    graph = chains([2])
+    good = DepthPolicy().schedule(graph)
+    check_schedule(graph, good)
+    with pytest.raises(ValueError, match="never runs"):
+        check_schedule(graph, good[:-1])
+    with pytest.raises(ValueError, match="runs before its input"):
+        check_schedule(graph, list(reversed(good)))
+    with pytest.raises(ValueError, match="mixes types"):
+        check_schedule(graph, [good[0] + good[1], *good[2:]])
+
+
+def test_largest_batch_counts_nodes_with_no_pending_same_type_ancestor():
+    frontier = Frontier(chains([2, 3]))
+    assert frontier.largest_batch("fwd") == 2  # the first step of each sentence
+    assert frontier.largest_batch("tag") == 5  # tags never depend on tags
+    frontier.run("embed")
+    frontier.run("zero")
+    frontier.run("fwd")
+    assert frontier.largest_batch("fwd") == 2
+    frontier.run("fwd")
+    assert frontier.largest_batch("fwd") == 1
+
+
+def test_depth_and_agenda_miss_the_bound_on_uneven_chains_and_fsm_meets_it():
+    rng = random.Random(3)
+    train = [chains([rng.randint(2, 30) for _ in range(16)]) for _ in range(3)]
+    table, report = train_fsm(train, QLearningConfig(seed=1))
+    assert report.stopped_at_bound
+    unseen = chains([rng.randint(2, 30) for _ in range(24)])
+    fsm = FSMPolicy(table)
+    batches = fsm.schedule(unseen)
+    check_schedule(unseen, batches)
+    assert len(batches) == lower_bound(unseen)
+    assert len(DepthPolicy().schedule(unseen)) > lower_bound(unseen)
+    assert len(AgendaPolicy().schedule(unseen)) > lower_bound(unseen)
+
+
+def test_q_table_round_trips_through_json_and_rejects_other_files(tmp_path):
+    table, _ = train_fsm([chains([3, 5])], QLearningConfig(episodes=20, seed=0), "toy")
+    path = tmp_path / "fsm.json"
+    table.save(path)
+    again = QTable.load(path)
+    assert again.values == table.values and again.encoding == table.encoding
+    graph = chains([4, 2, 6])
+    assert FSMPolicy(again).schedule(graph) == FSMPolicy(table).schedule(graph)
+    (tmp_path / "bad.json").write_text('{"format": 1, "values": [1]}')
+    with pytest.raises(ConfigError, match="not a fusionplan FSM table"):
+        QTable.load(tmp_path / "bad.json")
+
+
+def test_unknown_encoding_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown state encoding"):
+        QLearningConfig(encoding="nope")
