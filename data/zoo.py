@@ -419,16 +419,21 @@ def _torchvision_entry(model: TorchvisionModel) -> ZooEntry:
 
 
 # ----------------------------------------------------------------------------- cache
-def cache_dir() -> Path:
-    """Where cached zoo exports live: ``$FUSIONPLAN_CACHE_DIR/zoo`` or the user cache dir.
+def cache_root() -> Path:
+    """The fusionplan cache root: ``$FUSIONPLAN_CACHE_DIR`` or the user cache dir.
 
-    The environment variable names the fusionplan cache *root* (other caches may sit beside
-    ``zoo/``), which lets tests and CI point everything at a throw-away directory.
+    Every cache (zoo exports, trained batching tables) sits in a folder under it, which lets
+    tests and CI point everything at a throw-away directory.
     """
     root = os.environ.get(CACHE_ENV)
     if not root:
         root = platformdirs.user_cache_dir("fusionplan")
-    return Path(root).expanduser() / "zoo"
+    return Path(root).expanduser()
+
+
+def cache_dir() -> Path:
+    """Where cached zoo exports live: ``cache_root() / "zoo"``."""
+    return cache_root() / "zoo"
 
 
 def _dist_version(dist: str) -> str:
