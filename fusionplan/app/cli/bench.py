@@ -12,13 +12,18 @@ import click
 from accel_model.accelerator import format_size, parse_size
 from data.zoo import zoo_entry, zoo_names
 from fusionplan.app.bench import BenchConfig, run_bench
+from fusionplan.app.bench.batching import markdown as batching_markdown
+from fusionplan.app.bench.batching import plot as plot_batching
+from fusionplan.app.bench.batching import run_bench as run_batching_bench
+from fusionplan.app.bench.batching import write_markdown as write_batching_markdown
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.bench.sweeps import sweep_model
-from fusionplan.app.cli.common import print_table, progress_bar, scheme_option
+from fusionplan.app.cli.common import OutputPath, print_table, progress_bar, scheme_option
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path
+from fusionplan.passes.batching.workloads import WORKLOADS, get_workload
 from fusionplan.planning.split import SPLITTERS
 
 
@@ -268,3 +273,30 @@ def bench_sweeps(models, schemes, buffers, search_name, budget, seed) -> None:
             f"| {r.seconds:.1f} |"
         )
     click.echo(f"buffers: {', '.join(format_size(b) for b in sorted(sizes))}")
+
+
+@bench_group.command("batching")
+@click.option("--workloads", default=",".join(WORKLOADS.names()), show_default=True)
+@click.option("--batch-sizes", default="1,8,32,64,256", show_default=True)
+@click.option("--hidden", "hiddens", default="32,128,512", show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--out", type=OutputPath(), help="Write the markdown table here too.")
+@click.option("--plot", "plot_path", type=OutputPath(), help="Throughput plot (PNG).")
+def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> None:
+    """Dynamic batching as ED-Batch measures it: batches and inputs/s of depth, agenda and
+    FSM (naive and PQ layout) over batch sizes and hidden sizes; prints a markdown table."""
+    names = list(_names(workloads) or ())
+    for name in names:
+        get_workload(name)  # an unknown name fails before any work
+    sizes = [int(v) for v in batch_sizes.split(",") if v.strip()]
+    widths = [int(v) for v in hiddens.split(",") if v.strip()]
+    if not sizes or not widths or min(sizes + widths) < 1:
+        raise click.BadParameter("batch and hidden sizes must be positive integers")
+    cells = run_batching_bench(
+        names, sizes, widths, repeats=repeats, progress=lambda s: click.echo(f"done {s}", err=True)
+    )
+    click.echo(batching_markdown(cells))
+    if out:
+        write_batching_markdown(cells, Path(out))
+    if plot_path:
+        plot_batching(cells, Path(plot_path))
