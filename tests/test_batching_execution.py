@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -122,3 +124,35 @@ def test_bad_requests_are_one_line_errors():
         BatchingRequest("bilstm", layout="weird").check()
     with pytest.raises(ConfigError, match=">= 1"):
         BatchingRequest("bilstm", batch_size=0).check()
+
+
+def test_cli_batch_prints_json_and_rejects_bad_input(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSIONPLAN_CACHE_DIR", str(tmp_path))
+    from click.testing import CliRunner
+
+    from fusionplan.app.cli import cli
+
+    runner = CliRunner()
+    ok = runner.invoke(
+        cli,
+        [
+            "batch",
+            "bilstm",
+            "--policy",
+            "agenda",
+            "--layout",
+            "naive",
+            "--batch-size",
+            "4",
+            "--hidden",
+            "8",
+            "--repeats",
+            "1",
+            "--json",
+        ],
+    )
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(ok.output)
+    assert data["batches"] >= data["lower_bound"] > 0 and data["max_abs_error"] < 1e-4
+    bad = runner.invoke(cli, ["batch", "bilstm", "--batch-size", "0"])
+    assert bad.exit_code == 2 and "batch-size" in bad.output
