@@ -17,7 +17,7 @@ _PUBLIC = {
     "plan": "fusionplan.app.api",
     "sweep": "fusionplan.app.api",
     "load": "fusionplan.app.api",
-    "batch": "fusionplan.app.api",
+    "batch": "fusionplan.passes.batching.pipeline",
     "PlanRequest": "fusionplan.app.pipeline",
     "load_model": "fusionplan.ir.onnx_import",
     "OpGraph": "fusionplan.ir.graph",

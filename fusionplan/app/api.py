@@ -16,7 +16,6 @@ from data.zoo import resolve_model
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
-from fusionplan.passes.batching.pipeline import BatchingRequest, BatchingResult, run_batching
 from fusionplan.planning.plan import Plan
 
 ModelSpec = str | os.PathLike | OpGraph
@@ -87,23 +86,3 @@ def sweep(
     requests = [PlanRequest(buffer=b, scheme=scheme, **options).check() for b in buffers]
     plans = sweep_graph(load(model), requests, progress)
     return [SweepPoint(p.cost_model.accel.buffer_bytes, p) for p in plans]
-
-
-def batch(
-    workload: str,
-    policy: str = "fsm",
-    *,
-    layout: str = "pq",
-    batch_size: int = 64,
-    hidden: int = 256,
-    **options: Any,
-) -> BatchingResult:
-    """Batch one mini-batch of a dynamic workload (ED-Batch) and run it in PyTorch.
-
-    >>> r = fp.batch("treelstm", "fsm", batch_size=32, hidden=64)  # doctest: +SKIP
-    >>> r.batches == r.lower_bound  # doctest: +SKIP
-    True
-    """
-    return run_batching(
-        BatchingRequest(workload, policy, layout, batch_size, hidden, **options).check()
-    )

@@ -182,6 +182,24 @@ def run_batching(request: BatchingRequest) -> BatchingResult:
     )
 
 
+def batch(
+    workload: str,
+    policy: str = "fsm",
+    *,
+    layout: str = "pq",
+    batch_size: int = 64,
+    hidden: int = 256,
+    **options: Any,
+) -> BatchingResult:
+    """``fp.batch``: batch one mini-batch of a dynamic workload and run it in PyTorch.
+
+    Lives here, not in ``fusionplan.app.api``, so that ``fp.plan`` never imports torch.
+    """
+    return run_batching(
+        BatchingRequest(workload, policy, layout, batch_size, hidden, **options).check()
+    )
+
+
 def torch_threads() -> int:
     """Intra-op threads torch uses here (recorded with every timing)."""
     return torch.get_num_threads()
