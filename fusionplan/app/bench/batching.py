@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fusionplan.ir.io import write_text_atomic
+from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.passes.batching.pipeline import BatchingRequest, BatchingResult, run_batching
 
 CONFIGS = (("depth", "naive"), ("agenda", "naive"), ("fsm", "naive"), ("fsm", "pq"))
@@ -32,15 +32,12 @@ class BenchCell:
     @property
     def baseline(self) -> BatchingResult:
         """The faster of agenda and depth, both with allocation-order layout."""
-        return min((self.get("agenda", "naive"), self.get("depth", "naive")), key=_seconds)
+        pair = (self.get("agenda", "naive"), self.get("depth", "naive"))
+        return min(pair, key=lambda r: r.seconds)
 
     @property
     def speedup(self) -> float:
         return self.baseline.seconds / self.get("fsm", "pq").seconds
-
-
-def _seconds(r: BatchingResult) -> float:
-    return r.seconds
 
 
 def run_bench(
@@ -116,10 +113,10 @@ def plot(cells: Sequence[BenchCell], path: Path) -> None:
     axes[0][0].set_ylabel("inputs / s")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        write_atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    finally:
+        plt.close(fig)
 
 
 def write_markdown(cells: Sequence[BenchCell], path: Path) -> None:

@@ -15,13 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from fusionplan.passes.batching.graph import Batch, DataflowGraph
-from fusionplan.passes.batching.layout import (
-    FLOAT_BYTES,
-    MemoryLayout,
-    is_view,
-    member_order,
-    slot_rows,
-)
+from fusionplan.passes.batching.layout import MemoryLayout, is_view, member_order, slot_rows
 
 
 @dataclass(frozen=True)
@@ -49,20 +43,23 @@ class Program:
     steps: tuple[Step, ...]
     layout: MemoryLayout
     kernels: int  # cell calls plus gathers per run
-    bytes_copied: int  # gathered bytes per run
 
 
 def compile_program(
     graph: DataflowGraph, batches: Sequence[Batch], layout: MemoryLayout
 ) -> Program:
+    """Per batch: its cell, each operand as a view or a gather index, its output run.
+
+    Copied bytes are ``layout.copy_stats``'s business; here only the kernels are counted.
+    """
     steps = []
-    kernels = copied = 0
+    kernels = 0
     for batch in batches:
         members = member_order(batch, layout)
         first = members[0]
-        out_rows = [layout.row[n] for n in members]
-        if out_rows != list(range(out_rows[0], out_rows[0] + len(out_rows))):
-            raise ValueError(f"layout {layout.name!r} does not give batch rows {out_rows} a run")
+        if not is_view(members, layout):
+            rows = [layout.row[n] for n in members]
+            raise ValueError(f"layout {layout.name!r} does not give batch rows {rows} a run")
         operands = []
         for j in range(len(graph.nodes[first].args)):
             producers = slot_rows(graph, members, j)
@@ -73,7 +70,6 @@ def compile_program(
             index = torch.tensor([layout.row[p] for p in producers], dtype=torch.long)
             operands.append(Operand(arena, 0, len(producers), index))
             kernels += 1
-            copied += len(producers) * layout.widths[arena] * FLOAT_BYTES
         tokens = torch.tensor([graph.nodes[n].token for n in members], dtype=torch.long)
         steps.append(
             Step(
@@ -81,12 +77,12 @@ def compile_program(
                 tuple(operands),
                 tokens,
                 layout.arena[first],
-                out_rows[0],
+                layout.row[first],
                 len(members),
             )
         )
         kernels += 1
-    return Program(tuple(steps), layout, kernels, copied)
+    return Program(tuple(steps), layout, kernels)
 
 
 def run_program(program: Program, cells: Mapping[str, torch.nn.Module]) -> list[torch.Tensor]:

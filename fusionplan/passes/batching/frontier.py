@@ -1,4 +1,4 @@
-"""The ready frontier of a partly executed dataflow graph, and the batch-count bounds.
+"""The ready frontier of a partly executed dataflow graph.
 
 Every frontier policy (agenda, FSM) and the brute-force optimum step the same machine: pick a
 type, run *all* its ready nodes as one batch. Running every ready node of the chosen type loses
@@ -56,17 +56,19 @@ class Frontier:
             raise ValueError(f"no ready node of type {kind!r}")
         nodes, succ = self.graph.nodes, self.graph.successors
         self._open[kind] -= len(batch)
+        grown: set[str] = set()
         for i in batch:
             for s in succ[i]:
                 self._waiting[s] -= 1
                 if self._waiting[s] == 0:
                     self.ready.setdefault(nodes[s].type, []).append(s)
+                    grown.add(nodes[s].type)
             for s in self._same_succ[i]:
                 self._same_waiting[s] -= 1
                 if self._same_waiting[s] == 0:
                     self._open[nodes[s].type] += 1
-        for s_list in self.ready.values():
-            s_list.sort()
+        for t in grown:  # only lists that received nodes can be out of order
+            self.ready[t].sort()
         self.remaining -= len(batch)
         return batch
 

@@ -212,13 +212,7 @@ def train_fsm(
 
 def _greedy_batches(starts: Sequence[Frontier], table: QTable) -> int:
     policy = FSMPolicy(table)
-    total = 0
-    for start in starts:
-        frontier = start.copy()
-        while not frontier.done:
-            frontier.run(policy.choose(frontier))
-            total += 1
-    return total
+    return sum(len(policy.run(start.copy())) for start in starts)
 
 
 def _episode(

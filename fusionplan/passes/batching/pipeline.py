@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from data.zoo import cache_root
 from fusionplan.ir.errors import ConfigError
 from fusionplan.passes.batching.bounds import lower_bound
@@ -27,7 +25,7 @@ from fusionplan.passes.batching.executor import (
 )
 from fusionplan.passes.batching.fsm import FSMPolicy, QLearningConfig, QTable, train_fsm
 from fusionplan.passes.batching.graph import check_schedule
-from fusionplan.passes.batching.layout import naive_layout, pq_layout
+from fusionplan.passes.batching.layout import copy_stats, naive_layout, pq_layout
 from fusionplan.passes.batching.policies import POLICIES, BatchingPolicy
 from fusionplan.passes.batching.workloads import Workload, get_workload
 
@@ -60,9 +58,9 @@ class BatchingRequest:
             raise ConfigError(f"unknown layout {self.layout!r}; choose from naive, pq")
         if self.batch_size < 1 or self.hidden < 1 or self.repeats < 1:
             raise ConfigError("batch size, hidden size and repeats must be >= 1")
-        QLearningConfig(encoding=self.encoding, episodes=max(self.train_episodes, 1))
         if self.train_episodes < 1:
             raise ConfigError("--train-episodes must be >= 1")
+        QLearningConfig(encoding=self.encoding, episodes=self.train_episodes)  # checks encoding
         return self
 
 
@@ -164,17 +162,16 @@ def run_batching(request: BatchingRequest) -> BatchingResult:
         reference = run_unbatched(graph, cells)
         error = max(float((a - b).abs().max()) for a, b in zip(batched, reference, strict=True))
     seconds = time_call(lambda: run_program(program, cells), repeats=request.repeats)
-    views = sum(o.index is None for step in program.steps for o in step.operands)
-    slots = sum(len(step.operands) for step in program.steps)
+    copies = copy_stats(graph, batches, layout)
     return BatchingResult(
         request=request,
         nodes=len(graph),
         batches=len(batches),
         lower_bound=lower_bound(graph),
         kernels=program.kernels,
-        slots=slots,
-        views=views,
-        bytes_copied=program.bytes_copied,
+        slots=copies.slots,
+        views=copies.views,
+        bytes_copied=copies.bytes_copied,
         seconds=seconds,
         schedule_ms=schedule_ms,
         train_seconds=train_seconds,
@@ -198,8 +195,3 @@ def batch(
     return run_batching(
         BatchingRequest(workload, policy, layout, batch_size, hidden, **options).check()
     )
-
-
-def torch_threads() -> int:
-    """Intra-op threads torch uses here (recorded with every timing)."""
-    return torch.get_num_threads()

@@ -53,7 +53,10 @@ class FrontierPolicy:
         raise NotImplementedError
 
     def schedule(self, graph: DataflowGraph) -> list[Batch]:
-        frontier = Frontier(graph)
+        return self.run(Frontier(graph))
+
+    def run(self, frontier: Frontier) -> list[Batch]:
+        """Finish ``frontier`` (consumed) and return the batches it ran."""
         batches = []
         while not frontier.done:
             batches.append(frontier.run(self.choose(frontier)))
