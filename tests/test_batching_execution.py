@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from fusionplan.app.bench.batching import markdown, run_bench
 from fusionplan.ir.errors import ConfigError
 from fusionplan.passes.batching.cells import build_cells
 from fusionplan.passes.batching.executor import (
@@ -156,3 +157,19 @@ def test_cli_batch_prints_json_and_rejects_bad_input(tmp_path, monkeypatch):
     assert data["batches"] >= data["lower_bound"] > 0 and data["max_abs_error"] < 1e-4
     bad = runner.invoke(cli, ["batch", "bilstm", "--batch-size", "0"])
     assert bad.exit_code == 2 and "batch-size" in bad.output
+
+
+def test_bench_verifies_once_per_size_and_compares_with_the_faster_baseline(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSIONPLAN_CACHE_DIR", str(tmp_path))
+    cells = run_bench(["treegru"], [2], [4, 8], repeats=1)
+    assert [(c.batch_size, c.hidden) for c in cells] == [(2, 4), (2, 8)]
+    first, second = cells
+    assert all(
+        r.max_abs_error is not None and r.max_abs_error < 1e-4 for r in first.results.values()
+    )
+    assert all(r.max_abs_error is None for r in second.results.values())
+    agenda, depth = first.get("agenda", "naive"), first.get("depth", "naive")
+    assert first.baseline.seconds == min(agenda.seconds, depth.seconds)
+    assert first.speedup == first.baseline.seconds / first.get("fsm", "pq").seconds
+    table = markdown(cells).splitlines()
+    assert len(table) == 4 and table[2].startswith("| treegru | 2 | 4 |")

@@ -14,6 +14,7 @@ from fusionplan.passes.batching.frontier import Frontier
 from fusionplan.passes.batching.fsm import FSMPolicy, QLearningConfig, QTable, train_fsm
 from fusionplan.passes.batching.graph import DataflowGraph, Node, check_schedule
 from fusionplan.passes.batching.policies import AgendaPolicy, DepthPolicy
+from fusionplan.passes.batching.workloads import get_workload
 
 
 def chains(lengths: list[int]) -> DataflowGraph:
@@ -140,3 +141,24 @@ def test_q_table_round_trips_through_json_and_rejects_other_files(tmp_path):
 def test_unknown_encoding_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown state encoding"):
         QLearningConfig(encoding="nope")
+
+
+def test_crit_encoding_keeps_lattices_near_the_bound_where_the_papers_encoding_does_not():
+    lattice = get_workload("latticelstm")
+    train = [lattice.graph(16, 1000 + i) for i in range(3)]
+    unseen = lattice.graph(16, 5)
+    counts = {}
+    for encoding in ("sort", "crit"):
+        table, _ = train_fsm(train, QLearningConfig(encoding=encoding, episodes=150, seed=0))
+        batches = FSMPolicy(table).schedule(unseen)
+        check_schedule(unseen, batches)
+        counts[encoding] = len(batches)
+    assert counts["crit"] <= 1.25 * lower_bound(unseen) < counts["sort"]
+
+
+def test_height_is_the_longest_path_to_a_sink():
+    graph = chains([3])
+    # the forward chain's first step feeds two more steps and then a tag
+    first_fwd = next(i for i, n in enumerate(graph.nodes) if n.type == "fwd")
+    assert graph.height[first_fwd] == 3
+    assert all(graph.height[i] == 0 for i, n in enumerate(graph.nodes) if n.type == "tag")

@@ -7,6 +7,7 @@ import json
 import click
 
 from fusionplan.app.cli.common import console
+from fusionplan.passes.batching.fsm import DEFAULT_ENCODING, ENCODINGS
 from fusionplan.passes.batching.pipeline import LAYOUTS, BatchingRequest, run_batching
 from fusionplan.passes.batching.policies import POLICIES
 from fusionplan.passes.batching.workloads import WORKLOADS
@@ -21,10 +22,10 @@ from fusionplan.passes.batching.workloads import WORKLOADS
 @click.option("--train-episodes", type=click.IntRange(min=1), default=400, show_default=True)
 @click.option(
     "--encoding",
-    type=click.Choice(["set", "sort", "max"]),
-    default="sort",
+    type=click.Choice(list(ENCODINGS)),
+    default=DEFAULT_ENCODING,
     show_default=True,
-    help="FSM state encoding.",
+    help="FSM state encoding (set, sort, max: the paper's; crit, critsort: ours).",
 )
 @click.option(
     "--table",

@@ -18,9 +18,10 @@ class Frontier:
         self.graph = graph
         self._waiting = list(graph.indegree)
         self.ready: dict[str, list[int]] = {}
+        self._top: dict[str, int] = {}  # per ready type, its ready nodes' greatest height
         for i, w in enumerate(self._waiting):
             if w == 0:
-                self.ready.setdefault(graph.nodes[i].type, []).append(i)
+                self._make_ready(i)
         self.remaining = len(graph)
         self._open, self._same_waiting, self._same_succ = _nearest_same_type(graph)
 
@@ -30,6 +31,7 @@ class Frontier:
         other.graph, other._same_succ = self.graph, self._same_succ
         other._waiting, other._same_waiting = list(self._waiting), list(self._same_waiting)
         other.ready = {t: list(v) for t, v in self.ready.items()}
+        other._top = dict(self._top)
         other._open, other.remaining = dict(self._open), self.remaining
         return other
 
@@ -49,11 +51,27 @@ class Frontier:
         """
         return self._open.get(kind, 0)
 
+    def top_height(self, kind: str) -> int:
+        """The greatest ``graph.height`` among the ready nodes of ``kind`` (a ready type).
+
+        Kept as nodes become ready: a type's ready list only grows until it runs whole.
+        """
+        return self._top[kind]
+
+    def _make_ready(self, i: int) -> str:
+        kind = self.graph.nodes[i].type
+        self.ready.setdefault(kind, []).append(i)
+        h = self.graph.height[i]
+        if h > self._top.get(kind, -1):
+            self._top[kind] = h
+        return kind
+
     def run(self, kind: str) -> Batch:
         """Run every ready node of ``kind`` as one batch and return it (ids ascending)."""
         batch = tuple(self.ready.pop(kind, ()))
         if not batch:
             raise ValueError(f"no ready node of type {kind!r}")
+        del self._top[kind]
         nodes, succ = self.graph.nodes, self.graph.successors
         self._open[kind] -= len(batch)
         grown: set[str] = set()
@@ -61,8 +79,7 @@ class Frontier:
             for s in succ[i]:
                 self._waiting[s] -= 1
                 if self._waiting[s] == 0:
-                    self.ready.setdefault(nodes[s].type, []).append(s)
-                    grown.add(nodes[s].type)
+                    grown.add(self._make_ready(s))
             for s in self._same_succ[i]:
                 self._same_waiting[s] -= 1
                 if self._same_waiting[s] == 0:

@@ -72,6 +72,14 @@ class DataflowGraph:
             d[i] = 1 + max((d[a] for a in node.args), default=-1)
         return tuple(d)
 
+    @cached_property
+    def height(self) -> tuple[int, ...]:
+        """Longest path (in nodes) to a sink, 0 for sinks: how critical a ready node is."""
+        h = [0] * len(self.nodes)
+        for i in reversed(range(len(self.nodes))):
+            h[i] = 1 + max((h[s] for s in self.successors[i]), default=-1)
+        return tuple(h)
+
     def type_counts(self) -> Counter[str]:
         return Counter(n.type for n in self.nodes)
 

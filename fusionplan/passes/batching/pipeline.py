@@ -23,7 +23,13 @@ from fusionplan.passes.batching.executor import (
     run_unbatched,
     time_call,
 )
-from fusionplan.passes.batching.fsm import FSMPolicy, QLearningConfig, QTable, train_fsm
+from fusionplan.passes.batching.fsm import (
+    DEFAULT_ENCODING,
+    FSMPolicy,
+    QLearningConfig,
+    QTable,
+    train_fsm,
+)
 from fusionplan.passes.batching.graph import check_schedule
 from fusionplan.passes.batching.layout import copy_stats, naive_layout, pq_layout
 from fusionplan.passes.batching.policies import POLICIES, BatchingPolicy
@@ -46,7 +52,7 @@ class BatchingRequest:
     hidden: int = 256
     seed: int = 0
     train_episodes: int = 400
-    encoding: str = "sort"
+    encoding: str = DEFAULT_ENCODING
     table: str | None = None  # a saved FSM table to use instead of the cached/trained one
     repeats: int = 5
     verify: bool = True
