@@ -100,7 +100,9 @@ def test_check_schedule_rejects_bad_schedules():
 
 
 def test_largest_batch_counts_nodes_with_no_pending_same_type_ancestor():
-    frontier = Frontier(chains([2, 3]))
+    with pytest.raises(ValueError, match="track_largest"):
+        Frontier(chains([2])).largest_batch("fwd")
+    frontier = Frontier(chains([2, 3]), track_largest=True)
     assert frontier.largest_batch("fwd") == 2  # the first step of each sentence
     assert frontier.largest_batch("tag") == 5  # tags never depend on tags
     frontier.run("embed")

@@ -14,7 +14,9 @@ from fusionplan.passes.batching.graph import Batch, DataflowGraph
 class Frontier:
     """Execution state of one graph: which nodes are ready, per type, and what is left."""
 
-    def __init__(self, graph: DataflowGraph) -> None:
+    def __init__(self, graph: DataflowGraph, *, track_largest: bool = False) -> None:
+        """``track_largest`` keeps ``largest_batch`` up to date: the FSM's training reward needs
+        it, scheduling does not, and its set-up is most of a big graph's scheduling time."""
         self.graph = graph
         self._waiting = list(graph.indegree)
         self.ready: dict[str, list[int]] = {}
@@ -23,12 +25,17 @@ class Frontier:
             if w == 0:
                 self._make_ready(i)
         self.remaining = len(graph)
-        self._open, self._same_waiting, self._same_succ = _nearest_same_type(graph)
+        self._tracking = track_largest
+        self._open: dict[str, int] = {}
+        self._same_waiting: list[int] = []
+        self._same_succ: list[list[int]] = []
+        if track_largest:
+            self._open, self._same_waiting, self._same_succ = _nearest_same_type(graph)
 
     def copy(self) -> Frontier:
         """An independent copy (the graph and the static lists are shared)."""
         other = Frontier.__new__(Frontier)
-        other.graph, other._same_succ = self.graph, self._same_succ
+        other.graph, other._same_succ, other._tracking = self.graph, self._same_succ, self._tracking
         other._waiting, other._same_waiting = list(self._waiting), list(self._same_waiting)
         other.ready = {t: list(v) for t, v in self.ready.items()}
         other._top = dict(self._top)
@@ -47,8 +54,10 @@ class Frontier:
         """Unexecuted nodes of ``kind`` with no unexecuted ``kind`` ancestor.
 
         No schedule can ever batch more nodes of ``kind`` together from here: the reward's
-        denominator (docs/design.md, "Batching").
+        denominator (docs/design.md, "Batching"). Needs ``track_largest``.
         """
+        if not self._tracking:
+            raise ValueError("largest_batch needs a Frontier built with track_largest=True")
         return self._open.get(kind, 0)
 
     def top_height(self, kind: str) -> int:
@@ -73,17 +82,19 @@ class Frontier:
             raise ValueError(f"no ready node of type {kind!r}")
         del self._top[kind]
         nodes, succ = self.graph.nodes, self.graph.successors
-        self._open[kind] -= len(batch)
         grown: set[str] = set()
         for i in batch:
             for s in succ[i]:
                 self._waiting[s] -= 1
                 if self._waiting[s] == 0:
                     grown.add(self._make_ready(s))
-            for s in self._same_succ[i]:
-                self._same_waiting[s] -= 1
-                if self._same_waiting[s] == 0:
-                    self._open[nodes[s].type] += 1
+        if self._tracking:
+            self._open[kind] -= len(batch)
+            for i in batch:
+                for s in self._same_succ[i]:
+                    self._same_waiting[s] -= 1
+                    if self._same_waiting[s] == 0:
+                        self._open[nodes[s].type] += 1
         for t in grown:  # only lists that received nodes can be out of order
             self.ready[t].sort()
         self.remaining -= len(batch)

@@ -206,7 +206,7 @@ def train_fsm(
         raise ConfigError("FSM training needs at least one graph")
     rng = random.Random(cfg.seed)
     encode = ENCODINGS[cfg.encoding]
-    starts = [Frontier(g) for g in graphs]
+    starts = [Frontier(g, track_largest=True) for g in graphs]
     bound = sum(lower_bound(g) for g in graphs)
     table = QTable(cfg.encoding, workload=workload)
     q = table.values

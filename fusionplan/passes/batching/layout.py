@@ -22,6 +22,7 @@ with the batch (alignment).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -197,12 +198,11 @@ class _Constraints:
         self.sets.append(key)
         return True
 
-    def strictly_within(self, universe: set[int]) -> list[frozenset[int]]:
+    def strictly_within(self, universe: set[int]) -> list[int]:
+        """Ids (into ``sets``) of the taken sets that are proper subsets of ``universe``."""
         ids = {i for n in universe for i in self.containing.get(n, ())}
         return [
-            self.sets[i]
-            for i in sorted(ids)
-            if len(self.sets[i]) < len(universe) and self.sets[i] <= universe
+            i for i in sorted(ids) if len(self.sets[i]) < len(universe) and self.sets[i] <= universe
         ]
 
 
@@ -211,26 +211,36 @@ def _mirror(
     batches: Sequence[Batch],
     steer: Mapping[int, int],
     trees: _Constraints,
-    max_rounds: int = 200,
 ) -> None:
     """Give each batch and the operand run it follows the same consecutive structure.
 
     Two runs can only be equally ordered if every set that must be consecutive in one maps to
     a consecutive set in the other; mirroring each taken set across the member -> operand map
-    (both ways, to a fixed point) makes the trees agree, so steering can align them.
+    (both ways, to a fixed point) makes the trees agree, so steering can align them. The
+    worklist holds (map, taken set) pairs, each mirrored once: a newly taken set is queued
+    only for the maps whose runs strictly contain it, so the work is linear in the pairs.
     """
-    for _ in range(max_rounds):
-        changed = False
-        for s, j in steer.items():
-            forward = {n: graph.nodes[n].args[j] for n in batches[s]}
-            backward = {p: n for n, p in forward.items()}
-            for inside, mapping in ((set(forward), forward), (set(backward), backward)):
-                for subset in trees.strictly_within(inside):
-                    image = frozenset(mapping[n] for n in subset)
-                    if image not in trees.taken and trees.add(image):
-                        changed = True
-        if not changed:
-            return
+    maps: list[tuple[set[int], dict[int, int]]] = []  # (run, member <-> operand map)
+    for s, j in steer.items():
+        forward = {n: graph.nodes[n].args[j] for n in batches[s]}
+        backward = {p: n for n, p in forward.items()}
+        maps += [(set(forward), forward), (set(backward), backward)]
+    touching: dict[int, list[int]] = {}
+    for m, (run, _) in enumerate(maps):
+        for n in run:
+            touching.setdefault(n, []).append(m)
+    todo = deque((m, k) for m, (run, _) in enumerate(maps) for k in trees.strictly_within(run))
+    while todo:
+        m, k = todo.popleft()
+        mapping = maps[m][1]
+        image = frozenset(mapping[n] for n in trees.sets[k])
+        if image in trees.taken or not trees.add(image):
+            continue
+        new = len(trees.sets) - 1
+        for other in sorted({o for n in image for o in touching.get(n, ())}):
+            run = maps[other][0]
+            if len(image) < len(run) and image <= run:
+                todo.append((other, new))
 
 
 def _accepted_slots(
