@@ -12,15 +12,14 @@ Sampling and labelling are in :mod:`data.sampling`, the on-disk format in
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
-import multiprocessing
 import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from data.shards import (
     FORMAT_VERSION,
     MANIFEST,
     SHARD_DIR,
+    DatasetError,
     ModelInfo,
     ShardSpec,
     file_sha256,
@@ -62,7 +62,9 @@ from data.zoo import (
     model_source,
     zoo_entry,
 )
+from fusionplan.engines import Engine, LocalEngine, run_tasks, tasks_per_node
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_atomic, write_text_atomic
 
 BUFFERS_KB: tuple[int, ...] = (128, 256, 512, 1024, 2048)
@@ -137,7 +139,7 @@ def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
 
 
 # ----------------------------------------------------------------------------- shard building
-def _shard_summary(spec: ShardSpec, path: Path, arrays: dict[str, Any], stats: dict) -> dict:
+def _shard_summary(spec: ShardSpec, sha256: str, arrays: dict[str, Any], stats: dict) -> dict:
     summary = {
         "file": spec.file,
         "model": spec.model,
@@ -148,7 +150,7 @@ def _shard_summary(spec: ShardSpec, path: Path, arrays: dict[str, Any], stats: d
         "groups": len(arrays["mask"]),
         "nodes": int(arrays["x"].shape[0]),
         "edges": int(arrays["edge_index"].shape[1]),
-        "sha256": file_sha256(path),
+        "sha256": sha256,
         "spec": spec.to_json(),
         **{k: int(v) for k, v in stats.items()},
     }
@@ -157,15 +159,26 @@ def _shard_summary(spec: ShardSpec, path: Path, arrays: dict[str, Any], stats: d
     return summary
 
 
-def build_shard(spec: ShardSpec, root: Path) -> dict[str, Any]:
-    """Sample, label and atomically write one shard; returns its manifest entry."""
-    ctx = _context(spec)
+def build_shard(spec: ShardSpec, graph: OpGraph | None = None) -> tuple[dict[str, Any], bytes]:
+    """Sample and label one shard in memory: (its manifest entry, the shard file's bytes).
+
+    ``graph`` is the spec's model when the caller has it (an engine's shared input), else it
+    is loaded from ``spec.source``. Nothing is written: the driver saves the bytes, so a
+    worker on another machine needs no shared file system and a killed one leaves no file.
+    """
+    ctx = _context(spec, graph)
     groups, stats = sample_groups(ctx, spec)
     arrays = label_groups(ctx, spec, groups)
     arrays["meta"] = np.array(json.dumps({"spec": spec.to_json(), "stats": stats}, sort_keys=True))
-    path = root / spec.file
-    write_atomic(path, lambda tmp: write_npz(tmp, arrays))
-    return _shard_summary(spec, path, arrays, stats)
+    buffer = io.BytesIO()
+    write_npz(buffer, arrays)
+    data = buffer.getvalue()
+    return _shard_summary(spec, hashlib.sha256(data).hexdigest(), arrays, stats), data
+
+
+def save_shard(path: Path, data: bytes) -> None:
+    """Write a shard's bytes atomically (a temporary file renamed into place)."""
+    write_atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
 def _existing_shard(spec: ShardSpec, root: Path, known: dict[str, Any] | None) -> dict | None:
@@ -182,39 +195,12 @@ def _existing_shard(spec: ShardSpec, root: Path, known: dict[str, Any] | None) -
         stats = json.loads(str(arrays["meta"][()]))["stats"]
     except Exception:
         return None
-    return _shard_summary(spec, path, arrays, stats)
+    return _shard_summary(spec, file_sha256(path), arrays, stats)
 
 
-def _worker(spec: ShardSpec, root: str) -> dict[str, Any]:
-    return build_shard(spec, Path(root))
-
-
-def _run_parallel(
-    todo: Sequence[ShardSpec], root: Path, processes: int, finished: Callable[[dict], None]
-) -> None:
-    """Build shards in ``processes`` spawned workers, calling ``finished`` as each ends.
-
-    Spawned (not forked) workers: the parent may hold torch's thread pools. A process pool
-    executor, not ``multiprocessing.Pool``: a worker that dies (or a caller script without
-    an ``if __name__ == "__main__"`` guard) is an error here, never an endless respawn.
-    Shards are submitted at most ``2 * processes`` at a time, largest models first.
-    """
-
-    pending = list(todo)
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(processes, len(todo)), mp_context=ctx) as pool:
-        running: set = set()
-        try:
-            while pending or running:
-                while pending and len(running) < 2 * processes:
-                    running.add(pool.submit(_worker, pending.pop(0), str(root)))
-                done, running = wait(running, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    finished(fut.result())
-        except BaseException:
-            for fut in running:
-                fut.cancel()
-            raise
+def _shard_task(spec: ShardSpec, graphs: dict[str, OpGraph]) -> tuple[dict[str, Any], bytes]:
+    """One engine task: a shard from the graphs every worker received once."""
+    return build_shard(spec, graphs[spec.model])
 
 
 # ----------------------------------------------------------------------------- generation
@@ -226,6 +212,7 @@ class GenerationPlan:
     params: dict[str, Any]
     models: list[ModelInfo]
     shards: list[ShardSpec]
+    graphs: dict[str, OpGraph] = field(default_factory=dict, repr=False)  # model -> op graph
 
     @property
     def total_quota(self) -> int:
@@ -272,9 +259,10 @@ def plan_generation(
     if len(set(names)) != len(names):
         raise ConfigError(f"model names must be distinct, got {', '.join(names)}")
     infos: list[ModelInfo] = []
+    graphs: dict[str, OpGraph] = {}
     for role, refs in (("train", train), ("unseen", unseen)):
         for name, source, zoo_file in refs:
-            g = _load_graph(source, name)
+            g = graphs[name] = _load_graph(source, name)
             infos.append(
                 ModelInfo(name, role, source, zoo_file, len(g), len(g.edges), graph_fingerprint(g))
             )
@@ -308,7 +296,7 @@ def plan_generation(
         "feature_version": FEATURE_VERSION,
         "format_version": FORMAT_VERSION,
     }
-    return GenerationPlan(Path(out_dir), params, infos, shards)
+    return GenerationPlan(Path(out_dir), params, infos, shards, graphs)
 
 
 def _versions() -> dict[str, str]:
@@ -390,6 +378,8 @@ def generate_dataset(
     schemes: Sequence[str] | None = None,
     bytes_per_element: int = 1,
     processes: int = DEFAULT_PROCESSES,
+    engine: Engine | None = None,
+    retries: int = 2,
     overwrite: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
@@ -399,13 +389,14 @@ def generate_dataset(
     training networks), ``unseen_groups`` over the held-out ones (default ResNet-50,
     ResNet-152, DeepLabV3+MBv3). Shards already on disk with the expected spec are kept, so
     an interrupted run resumes where it stopped; a directory holding a dataset with other
-    parameters is an error unless ``overwrite`` (which deletes its shards). ``processes``
-    workers (spawned) build shards in parallel; the bytes do not depend on it.
+    parameters is an error unless ``overwrite`` (which deletes its shards). Shards are built
+    on ``engine`` (default: ``processes`` local worker processes; or Ray); the bytes depend
+    on neither. A shard that still fails after ``retries`` retries is listed in the manifest
+    (``failed``) and raises :class:`DatasetError` after every other shard is saved.
     ``progress(done, total)`` is called with group quotas of finished shards (a shard that
     saturates below its quota still counts its whole quota, so the bar ends at ``total``).
     """
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise ConfigError(f"processes must be a whole number >= 1, got {processes!r}")
+    engine = engine or LocalEngine(processes)
     started = time.perf_counter()
     plan = plan_generation(
         out_dir, seed=seed, groups=groups, unseen_groups=unseen_groups, models=models,
@@ -449,30 +440,42 @@ def generate_dataset(
     write_text_atomic(root / MANIFEST, _json(_manifest(plan, entries, complete=False)))
 
     quota = {s.file: s.quota for s in plan.shards}
-
-    def finished(entry: dict) -> None:
-        nonlocal done
-        entries[entry["file"]] = entry
-        done += quota[entry["file"]]
-        write_text_atomic(root / MANIFEST, _json(_manifest(plan, entries, complete=False)))
-        if progress is not None:
-            progress(done, total)
-
     # Largest models first and one model's shards together (each worker caches one model).
     order = {m.name: (-m.nodes, i) for i, m in enumerate(plan.models)}
     todo.sort(key=lambda s: (order[s.model], -s.quota))
-    if processes == 1 or len(todo) <= 1:
-        for spec in todo:
-            finished(build_shard(spec, root))
-    else:
-        _run_parallel(todo, root, processes, finished)
+    graphs = {m: plan.graphs[m] for m in {s.model for s in todo}}
+    outcomes = []
+    failed: dict[str, str] = {}
+    for outcome in run_tasks(engine, _shard_task, todo, shared=graphs, retries=retries):
+        outcomes.append(outcome)
+        spec = todo[outcome.index]
+        if not outcome.ok:
+            failed[spec.file] = str(outcome.error)
+            continue
+        entry, data = outcome.value
+        save_shard(root / spec.file, data)
+        entries[spec.file] = entry
+        done += quota[spec.file]
+        write_text_atomic(root / MANIFEST, _json(_manifest(plan, entries, complete=False)))
+        if progress is not None:
+            progress(done, total)
+    if failed:
+        write_text_atomic(
+            root / MANIFEST, _json(_manifest(plan, entries, complete=False, failed=failed))
+        )
+        first = next(iter(failed.items()))
+        raise DatasetError(
+            f"{len(failed)} shard(s) failed after {retries} retries (first: {first[0]}: "
+            f"{first[1]}); rerun the same command to retry them"
+        )
     elapsed = time.perf_counter() - started
     manifest = _manifest(
         plan, entries, complete=True,
         generated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         generation_seconds=round(elapsed, 2),
         shards_built=len(todo),
-        processes=processes,
+        engine=engine.describe(),
+        tasks_per_node=tasks_per_node(outcomes),
     )  # fmt: skip
     write_text_atomic(root / MANIFEST, _json(manifest))
     return manifest

@@ -32,7 +32,7 @@ from accel_model import Accelerator, make_cost_model, unfusable_nodes
 from data.features import group_features, node_feature_table
 from data.shards import DatasetError, ShardSpec, graph_fingerprint
 from data.zoo import load_zoo_model, zoo_variant_path
-from fusionplan.ir.graph import bits
+from fusionplan.ir.graph import OpGraph, bits
 from fusionplan.ir.onnx_import import load_model
 from fusionplan.ir.partition import groups_from_cut_edges, make_sound
 
@@ -77,11 +77,13 @@ def _load_graph(source: str, name: str):
     return load_zoo_model(source)
 
 
-def _context(spec: ShardSpec) -> _ModelContext:
+def _context(spec: ShardSpec, graph: OpGraph | None = None) -> _ModelContext:
+    """The spec's model, ready to sample (cached per process); ``graph`` if the caller has it,
+    else loaded from ``spec.source``."""
     key = (spec.model, spec.graph_sha256, spec.buffers, spec.schemes, spec.bytes_per_element)
     ctx = _CONTEXTS.get(key)
     if ctx is None:
-        graph = _load_graph(spec.source, spec.model)
+        graph = graph if graph is not None else _load_graph(spec.source, spec.model)
         if graph_fingerprint(graph) != spec.graph_sha256:
             raise DatasetError(f"model {spec.model} changed while the dataset was generated")
         _CONTEXTS.clear()  # one model at a time per process keeps memory flat

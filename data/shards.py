@@ -12,7 +12,7 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -97,7 +97,7 @@ def graph_fingerprint(graph) -> str:
 
 
 # ----------------------------------------------------------------------------- shard files
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def write_npz(path: Path | BinaryIO, arrays: dict[str, np.ndarray]) -> None:
     """A deflated ``.npz`` with fixed member timestamps, so equal arrays give equal bytes
     (``np.savez`` stamps the current time into the zip). Never pickles."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:

@@ -69,7 +69,7 @@ def test_store_ignores_a_torn_line_and_resume_skips_finished_runs(tmp_path, monk
     monkeypatch.setattr(
         bench_runner, "execute", lambda run, *a: calls.append(run) or {"key": run.key}
     )
-    rows = run_all(runs, ResultStore(tmp_path / "out"), jobs=1)
+    rows = run_all(runs, ResultStore(tmp_path / "out"))
     assert calls == [runs[1]]  # the finished run came from disk
     assert set(rows) == {r.key for r in runs}
     assert len(ResultStore(tmp_path / "out").rows) == 2

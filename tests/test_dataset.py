@@ -147,17 +147,20 @@ def test_resume_rebuilds_only_the_missing_shard(tmp_path, models, generated):
 
 def test_interrupted_run_leaves_no_partial_file_and_resumes(tmp_path, models, monkeypatch):
     out = tmp_path / "i"
-    real = shards.write_npz
+    real = ds.save_shard
     written = []
 
-    def flaky(path, arrays):
-        if len(written) == 3:  # the fourth shard dies half-way through its write
-            Path(path).write_bytes(b"PK\x03\x04 truncated")
-            raise KeyboardInterrupt
-        written.append(path)
-        real(path, arrays)
+    def torn(tmp):
+        tmp.write_bytes(b"PK\x03\x04 truncated")
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(ds, "write_npz", flaky)  # build_shard looks it up in data.dataset
+    def flaky(path, data):
+        if len(written) == 3:  # the fourth shard dies half-way through its write
+            ds.write_atomic(path, torn)
+        written.append(path)
+        real(path, data)
+
+    monkeypatch.setattr(ds, "save_shard", flaky)  # the driver saves every shard through it
     with pytest.raises(KeyboardInterrupt):
         _generate(out, models)
     leftovers = sorted(p.name for p in (out / shards.SHARD_DIR).iterdir())
@@ -167,7 +170,7 @@ def test_interrupted_run_leaves_no_partial_file_and_resumes(tmp_path, models, mo
     with pytest.raises(shards.DatasetError, match="incomplete"):
         reader.load_dataset(out)
 
-    monkeypatch.setattr(ds, "write_npz", real)
+    monkeypatch.setattr(ds, "save_shard", real)
     done = _generate(out, models)
     assert done["complete"] and done["shards_built"] == len(done["shards"]) - 3
 

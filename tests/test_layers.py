@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # bottom to top; packages in one layer are independent of each other
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("fusionplan.ir",),
+    ("fusionplan.engines",),
     ("accel_model",),
     ("fusionplan.planning",),
     ("data",),
@@ -160,8 +161,9 @@ def test_checker_catches_an_upward_sideways_and_lazy_import(tmp_path, monkeypatc
 
 @pytest.mark.parametrize(
     ("module", "layer"),
-    [("fusionplan.ir.graph", 0), ("accel_model.brr", 1), ("search.exact", 4),
-     ("fusionplan.app.cli", 5), ("fusionplan", None)],
+    [("fusionplan.ir.graph", 0), ("fusionplan.engines.local", 1), ("accel_model.brr", 2),
+     ("search.exact", 5),
+     ("fusionplan.app.cli", 6), ("fusionplan", None)],
 )  # fmt: skip
 def test_layer_of(module, layer):
     found = layer_of(module)

@@ -17,12 +17,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +28,9 @@ from accel_model.bounds import compulsory_traffic
 from data.zoo import is_cached, torchvision_models, zoo_entry, zoo_names, zoo_path
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.render import catalogue_table, point_label
-from fusionplan.app.bench.runner import ResultStore, _child_init
+from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.engines import Engine, LocalEngine, run_tasks
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import load_model
@@ -41,7 +39,6 @@ MB = 2**20
 BEGIN = "<!-- fusionplan bench catalogue: begin (generated; edit outside these markers) -->"
 END = "<!-- fusionplan bench catalogue: end -->"
 CSV_FILE = "catalogue.csv"
-WORKER_DIED = "the worker process died (crashed, or killed e.g. for memory) on this model"
 
 Row = dict[str, Any]
 
@@ -139,27 +136,8 @@ def measure(model: str, config: CatalogueConfig) -> Row:
     return row
 
 
-class _Worker:
-    """One spawned process that measures models one at a time, replaced if it dies."""
-
-    def __init__(self) -> None:
-        self.pool: ProcessPoolExecutor | None = None
-
-    def measure(self, model: str, config: CatalogueConfig) -> Row:
-        if self.pool is None:
-            context = multiprocessing.get_context("spawn")  # no fork after torch starts
-            self.pool = ProcessPoolExecutor(1, mp_context=context, initializer=_child_init)
-        try:
-            return self.pool.submit(measure, model, config).result()
-        except BrokenProcessPool:
-            self.close()
-            row = {"key": config.key(model), "model": model, "dram_mb": {}}
-            return {**row, "input": zoo_entry(model).input_size, "error": WORKER_DIED}
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-            self.pool = None
+def _measure_task(model: str, config: CatalogueConfig) -> Row:
+    return measure(model, config)
 
 
 def run_catalogue(
@@ -168,14 +146,17 @@ def run_catalogue(
     out_dir: str | os.PathLike,
     report_path: str | os.PathLike,
     *,
+    engine: Engine | None = None,
+    retries: int = 0,
     isolate: bool = True,
     retry_failed: bool = False,
     command: str = "fusionplan bench catalogue",
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Row]:
-    """Measure (or resume) ``models`` under ``config``; after every model the CSV beside
-    ``runs.jsonl`` and the report's generated section are rewritten atomically. Returns
-    the rows in ``models`` order. ``isolate=False`` measures in this process (tests)."""
+    """Measure (or resume) ``models`` under ``config`` on ``engine``; after every model the
+    CSV beside ``runs.jsonl`` and the report's generated section are rewritten atomically.
+    Returns the rows in ``models`` order. The default engine is one worker process
+    (``isolate=False``: this process, for tests), so a crash costs one model's row."""
     config.check()
     # an unknown name fails before any work; squeezenet1_0 and squeezenet are one model
     names = list(dict.fromkeys(zoo_entry(m).name for m in models))
@@ -197,18 +178,21 @@ def run_catalogue(
         _write_outputs(rows, config, out / CSV_FILE, report_path, preamble)
         return rows
 
-    worker = _Worker() if isolate else None
+    engine = engine or LocalEngine(1, isolate=isolate)
     if progress:
         progress(reused, len(names))
-    try:
-        for i, name in enumerate(todo, reused + 1):
-            store.add(worker.measure(name, config) if worker else measure(name, config))
-            publish()
-            if progress:
-                progress(i, len(names))
-    finally:
-        if worker:
-            worker.close()
+    finished = reused
+    for outcome in run_tasks(engine, _measure_task, todo, shared=config, retries=retries):
+        name = todo[outcome.index]
+        if outcome.ok:
+            store.add(outcome.value)
+        else:
+            row = {"key": config.key(name), "model": name, "dram_mb": {}}
+            store.add({**row, "input": zoo_entry(name).input_size, "error": outcome.error})
+        publish()
+        finished += 1
+        if progress:
+            progress(finished, len(names))
     return publish()
 
 

@@ -1,4 +1,4 @@
-"""Execute bench runs in parallel processes and keep every finished result on disk.
+"""Execute bench runs on an engine (local processes or Ray) and keep every result on disk.
 
 Results go to one JSON-lines file, one line per finished run, appended and fsynced as each
 run ends; a restarted bench skips the runs already there (a torn last line is ignored), so
@@ -8,11 +8,8 @@ an interruption loses at most the runs in flight.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import warnings
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,7 +17,9 @@ from typing import Any
 from fusionplan.app.api import load
 from fusionplan.app.bench.experiments import Run
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.engines import Engine, LocalEngine, run_tasks
 from fusionplan.ir.errors import FusionPlanError
+from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
 
 MB = 2**20
@@ -60,18 +59,21 @@ class ResultStore:
         return self.rows.get(run.key)
 
 
-_GRAPHS: dict[str, Any] = {}
+_GRAPHS: dict[str, OpGraph] = {}
 
 
-def _graph(model: str):
+def _graph(model: str) -> OpGraph:
     graph = _GRAPHS.get(model)
     if graph is None:
         graph = _GRAPHS[model] = load(model)
     return graph
 
 
-def execute(run: Run, exact_time_limit_s: float = 60.0) -> dict[str, Any]:
-    """Run one search; its result as a JSON-friendly row (the plan is validated first)."""
+def execute(
+    run: Run, exact_time_limit_s: float = 60.0, graph: OpGraph | None = None
+) -> dict[str, Any]:
+    """Run one search; its result as a JSON-friendly row (the plan is validated first).
+    ``graph`` is the run's model when the caller has it, else it is loaded."""
     options = {"time_limit_s": exact_time_limit_s} if run.search == "exact" else {}
     request = PlanRequest(
         buffer=run.buffer,
@@ -85,7 +87,7 @@ def execute(run: Run, exact_time_limit_s: float = 60.0) -> dict[str, Any]:
     )
     row: dict[str, Any] = {"key": run.key, **asdict(run)}
     try:
-        plan = plan_graph(_graph(run.model), request)
+        plan = plan_graph(graph if graph is not None else _graph(run.model), request)
     except FusionPlanError as exc:  # reported in the tables, never silently dropped
         return {**row, "error": str(exc)}
     m, result = plan.metrics, plan.result
@@ -115,42 +117,39 @@ def _estimated_cost(run: Run, ops: dict[str, int]) -> float:
     return run.budget * per_group * search * ops.get(run.model, 100)
 
 
-def _child_init() -> None:
-    """Worker set-up: one torch thread per process, and the CLI's warning filter."""
-    os.environ.setdefault("FUSIONPLAN_TORCH_THREADS", "1")
-    warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+def _execute_task(run: Run, shared: tuple[dict[str, OpGraph], float]) -> dict[str, Any]:
+    """One engine task: a run on the graphs every worker received once."""
+    graphs, exact_time_limit_s = shared
+    return execute(run, exact_time_limit_s, graphs[run.model])
 
 
 def run_all(
     runs: Iterable[Run],
     store: ResultStore,
     *,
-    jobs: int = 1,
+    engine: Engine | None = None,
+    retries: int = 2,
     exact_time_limit_s: float = 60.0,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Execute the runs ``store`` lacks (``jobs`` processes); every run's row by key."""
+    """Execute the runs ``store`` lacks on ``engine`` (default: this process); every run's
+    row by key. A run that fails even after ``retries`` is stored with its error."""
     runs = list(runs)
     todo = [r for r in runs if store.get(r) is None]
-    # Export/import every model here once, so workers never race to fill the zoo cache.
-    ops = {m: len(_graph(m)) for m in sorted({r.model for r in todo})}
+    # Import every model here once: workers get the graphs, never race to fill the zoo cache.
+    graphs = {m: _graph(m) for m in sorted({r.model for r in todo})}
+    ops = {m: len(g) for m, g in graphs.items()}
     todo.sort(key=lambda r: _estimated_cost(r, ops), reverse=True)
     total, done = len(runs), len(runs) - len(todo)
     if progress:
         progress(done, total)
-    if jobs <= 1 or len(todo) <= 1:
-        for run in todo:
-            store.add(execute(run, exact_time_limit_s))
-            done += 1
-            if progress:
-                progress(done, total)
-    else:
-        context = multiprocessing.get_context("spawn")  # no fork after torch/OpenMP start
-        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_child_init) as pool:
-            futures = [pool.submit(execute, run, exact_time_limit_s) for run in todo]
-            for future in as_completed(futures):
-                store.add(future.result())
-                done += 1
-                if progress:
-                    progress(done, total)
+    shared = (graphs, exact_time_limit_s)
+    engine = engine or LocalEngine(1)
+    for outcome in run_tasks(engine, _execute_task, todo, shared=shared, retries=retries):
+        run = todo[outcome.index]
+        failure = {"key": run.key, **asdict(run), "error": outcome.error}
+        store.add(outcome.value if outcome.ok else failure)
+        done += 1
+        if progress:
+            progress(done, total)
     return {r.key: store.rows[r.key] for r in runs}

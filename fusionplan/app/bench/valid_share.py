@@ -16,6 +16,7 @@ import numpy as np
 
 from data.dataset import generate_dataset
 from data.reader import load_dataset
+from fusionplan.engines import Engine, LocalEngine
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def valid_share(
     groups: int,
     buffers_kb: Sequence[int],
     seed: int = 0,
-    processes: int = 1,
+    engine: Engine | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[ValidShare]:
     """Generate (or resume) a dataset of ``groups`` groups over ``models`` in ``directory``
@@ -63,7 +64,7 @@ def valid_share(
         models=list(models),
         unseen_models=[],
         buffers_kb=list(buffers_kb),
-        processes=processes,
+        engine=engine or LocalEngine(1),
         progress=progress,
     )
     return dataset_valid_share(directory)

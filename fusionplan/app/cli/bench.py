@@ -19,7 +19,14 @@ from fusionplan.app.bench.batching import write_markdown as write_batching_markd
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.bench.sweeps import sweep_model
-from fusionplan.app.cli.common import OutputPath, print_table, progress_bar, scheme_option
+from fusionplan.app.cli.common import (
+    EngineOptions,
+    OutputPath,
+    engine_options,
+    print_table,
+    progress_bar,
+    scheme_option,
+)
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path
@@ -39,14 +46,7 @@ def _names(value: str | None) -> tuple[str, ...] | None:
 @click.option("--budget-small", type=int, help="Tables III-V plans (default 2000).")
 @click.option("--budget-fig5", type=int, help="Figure 5's largest budget (default 4000).")
 @click.option("--splitters", help="Comma list (default random,tree,gnne,pg,rg).")
-@click.option(
-    "--jobs",
-    "-j",
-    type=int,
-    default=os.cpu_count() or 1,
-    show_default=True,
-    help="Parallel processes.",
-)
+@engine_options(default_processes=os.cpu_count() or 1)
 @click.option(
     "--out",
     "out_dir",
@@ -73,7 +73,7 @@ def bench_group(
     budget_small,
     budget_fig5,
     splitters,
-    jobs,
+    engine_opts: EngineOptions,
     out_dir,
     report,
     quiet,
@@ -99,8 +99,6 @@ def bench_group(
         ).items()
         if v is not None
     }
-    if jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     for name in overrides.get("splitters", ()):
         SPLITTERS.check(name)
     config = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
@@ -110,7 +108,13 @@ def bench_group(
     )
     with progress_bar("bench runs", enabled=not quiet) as progress:
         path = run_bench(
-            config, out_dir, report_path, jobs=jobs, command=command, progress=progress
+            config,
+            out_dir,
+            report_path,
+            engine=engine_opts.make(),
+            retries=engine_opts.retries,
+            command=command,
+            progress=progress,
         )
     click.echo(f"wrote {path}")
 
@@ -193,6 +197,7 @@ def bench_zoo(models) -> None:
     "its text and gets only the catalogue's generated section replaced.",
 )
 @click.option("--retry-failed", is_flag=True, help="Run models whose stored row failed again.")
+@engine_options(default_processes=1)
 @click.option("-q", "--quiet", is_flag=True)
 def bench_catalogue(
     models,
@@ -205,11 +210,13 @@ def bench_catalogue(
     out_dir,
     report,
     retry_failed,
+    engine_opts: EngineOptions,
     quiet,
 ) -> None:
     """Export, import and plan every torchvision model (or --models): import time, op
     count, compulsory traffic and the best DRAM at each scheme and buffer. A model that
-    fails gets a row saying why; each model runs in a worker process."""
+    fails gets a row saying why; each model runs in a worker process (-j of them, or on
+    Ray with --engine ray)."""
     check_output_path(out_dir, directory=True)
     report_path = check_output_path(Path(out_dir) / "catalogue.md" if report is None else report)
     config = CatalogueConfig(
@@ -229,6 +236,8 @@ def bench_catalogue(
             config,
             out_dir,
             report_path,
+            engine=engine_opts.make(isolate=True),
+            retries=engine_opts.retries,
             retry_failed=retry_failed,
             command=command or "fusionplan bench catalogue",
             progress=progress,

@@ -18,6 +18,7 @@ from accel_model import COST_MODELS
 from accel_model.accelerator import SINGLE_LAYER_CONVENTIONS
 from fusionplan.app.api import load
 from fusionplan.app.pipeline import PlanRequest
+from fusionplan.engines import ENGINES, Engine, make_engine
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import check_output_path
@@ -233,3 +234,68 @@ def plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(_PLAN_OPTIONS):
         command = option(command)
     return command
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Where a fan-out command runs its tasks, gathered by :func:`engine_options`."""
+
+    engine: str
+    address: str | None
+    processes: int | None
+    retries: int
+
+    def make(self, *, isolate: bool = False) -> Engine:
+        return make_engine(
+            self.engine, processes=self.processes, address=self.address, isolate=isolate
+        )
+
+
+def engine_options(default_processes: int | None = None) -> Callable[..., Any]:
+    """Add ``--engine``, ``--address``, ``-j/--processes`` and ``--retries``; the command
+    receives them as ``engine_opts``. ``default_processes`` None means one per CPU."""
+    options = [
+        click.option(
+            "--engine",
+            type=RegistryChoice(ENGINES),
+            default="local",
+            show_default=True,
+            help=_registry_help("Where tasks run", ENGINES),
+        ),
+        click.option(
+            "--address",
+            help="Join a running Ray cluster: 'auto' or HOST:PORT (with --engine ray).",
+        ),
+        click.option(
+            "-j",
+            "--processes",
+            "--jobs",
+            "processes",
+            type=click.IntRange(min=1),
+            default=default_processes,
+            show_default=default_processes is not None,
+            help="Worker processes (local), or CPUs of a private local Ray instance "
+            "(default: one per CPU).",
+        ),
+        click.option(
+            "--retries",
+            type=click.IntRange(min=0),
+            default=2,
+            show_default=True,
+            help="Retries of a failed task before it is reported as failed.",
+        ),
+    ]
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fields = EngineOptions.__dataclass_fields__
+
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:  # args: click's pass_context
+            opts = EngineOptions(**{name: kwargs.pop(name) for name in fields})
+            return fn(*args, engine_opts=opts, **kwargs)
+
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate

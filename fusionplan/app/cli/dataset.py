@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from data.dataset import default_dataset_dir, generate_dataset
-from fusionplan.app.cli.common import OutputPath, progress_bar
+from data.dataset import DEFAULT_PROCESSES, default_dataset_dir, generate_dataset
+from fusionplan.app.cli.common import EngineOptions, OutputPath, engine_options, progress_bar
 
 
 @click.group("dataset")
@@ -36,25 +36,36 @@ def dataset_group() -> None:
     default=None,
     help="Groups from the unseen test models (default 2,000).",
 )
-@click.option("--processes", type=int, default=2, show_default=True)
+@engine_options(default_processes=DEFAULT_PROCESSES)
 @click.option("--overwrite", is_flag=True, help="Discard an existing dataset with other settings.")
 @click.option("--quiet", "-q", is_flag=True)
-def dataset_generate(output, seed, groups, unseen_groups, processes, overwrite, quiet) -> None:
+def dataset_generate(
+    output, seed, groups, unseen_groups, engine_opts: EngineOptions, overwrite, quiet
+) -> None:
     """Sample fusion groups from the zoo and label them under LBDF and BRR at 5 buffers.
 
-    Deterministic for a seed, parallel, resumable: rerun the same command after an
-    interruption and only missing shards are built.
+    Deterministic for a seed, parallel (local processes or Ray: the bytes are the same),
+    resumable: rerun the same command after an interruption and only missing shards are built.
     """
 
     sizes = {k: v for k, v in (("groups", groups), ("unseen_groups", unseen_groups)) if v}
     out = Path(output)
+    engine = engine_opts.make()
     with progress_bar("generating shards", enabled=not quiet) as progress:
         manifest = generate_dataset(
-            out, seed=seed, processes=processes, overwrite=overwrite, progress=progress, **sizes
+            out,
+            seed=seed,
+            engine=engine,
+            retries=engine_opts.retries,
+            overwrite=overwrite,
+            progress=progress,
+            **sizes,
         )
     train, unseen = manifest["counts"]["train"], manifest["counts"]["unseen"]
     click.echo(
         f"wrote {out}: {train['groups']} training groups ({train['samples_per_scheme']} "
         f"samples per scheme) + {unseen['groups']} unseen-model groups, "
-        f"{manifest['generation_seconds']:.0f} s"
+        f"{manifest['generation_seconds']:.0f} s on {manifest['engine']}"
     )
+    if not quiet:
+        click.echo(manifest["tasks_per_node"])

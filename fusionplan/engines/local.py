@@ -1,0 +1,132 @@
+"""The default engine: this machine, in this process or in spawned worker processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import warnings
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from fusionplan.engines.base import (
+    WORKER_DIED,
+    Attempt,
+    Engine,
+    TaskFn,
+    call_task,
+    check_processes,
+    this_node,
+)
+from fusionplan.ir.errors import ConfigError
+
+_FN: TaskFn | None = None
+_SHARED: Any = None
+
+
+def _init_worker(fn: TaskFn, shared: Any) -> None:
+    """Once per worker process: the task function, the shared input, one torch thread."""
+    global _FN, _SHARED
+    _FN, _SHARED = fn, shared
+    os.environ.setdefault("FUSIONPLAN_TORCH_THREADS", "1")  # N processes, not N x threads
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+
+
+def _run(item: Any) -> Attempt:
+    assert _FN is not None, "worker used before _init_worker"
+    return call_task(_FN, item, _SHARED, this_node())
+
+
+class LocalEngine(Engine):
+    """``processes`` spawned workers (None: one per CPU); with one process and no
+    ``isolate``, this process.
+
+    Spawned, not forked: the driver may hold torch's thread pools. ``isolate`` runs even a
+    single task stream in a worker, so a crash (a segfaulting exporter, the OOM killer) costs
+    that task only. A dead worker breaks the whole pool: every task in flight gets a failed
+    try (the driver retries them) and the next submission starts a fresh pool.
+    """
+
+    name = "local"
+
+    def __init__(
+        self, processes: int | None = 1, *, address: str | None = None, isolate: bool = False
+    ) -> None:
+        if address is not None:
+            raise ConfigError("--address is for the ray engine; add --engine ray")
+        check_processes(processes)
+        self.processes = processes or os.cpu_count() or 1
+        self.isolate = isolate
+        self._fn: TaskFn | None = None
+        self._shared: Any = None
+        self._pool: ProcessPoolExecutor | None = None
+        self._futures: dict[Future, int] = {}
+        self._finished: list[tuple[int, Attempt]] = []  # inline mode
+
+    @property
+    def slots(self) -> int:
+        return self.processes
+
+    @property
+    def queue_depth(self) -> int:
+        # inline, a submitted task has already run: one at a time keeps each result saved
+        # before the next task starts
+        return 1 if self.inline else 2 * self.processes
+
+    @property
+    def inline(self) -> bool:
+        return self.processes == 1 and not self.isolate
+
+    def start(self, fn: TaskFn, shared: Any) -> None:
+        self._fn, self._shared = fn, shared
+
+    def submit(self, index: int, item: Any) -> None:
+        assert self._fn is not None, "start() first"
+        if self.inline:
+            self._finished.append((index, call_task(self._fn, item, self._shared, this_node())))
+            return
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(
+                self.processes,
+                mp_context=context,
+                initializer=_init_worker,
+                initargs=(self._fn, self._shared),
+            )
+        self._futures[self._pool.submit(_run, item)] = index
+
+    def wait(self) -> list[tuple[int, Attempt]]:
+        if self.inline:
+            out, self._finished = self._finished, []
+            return out
+        ended, _ = wait(list(self._futures), return_when=FIRST_COMPLETED)
+        out: list[tuple[int, Attempt]] = []
+        broken = False
+        for future in ended:
+            index = self._futures.pop(future)
+            try:
+                out.append((index, future.result()))
+            except BrokenProcessPool:
+                broken = True
+                out.append((index, Attempt(error=WORKER_DIED, node=this_node())))
+        if broken:  # the rest of the pool's tasks are lost with it
+            for future, index in self._futures.items():
+                future.cancel()
+                out.append((index, Attempt(error=WORKER_DIED, node=this_node())))
+            self._futures.clear()
+            self._shutdown()
+        return out
+
+    def _shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def close(self) -> None:
+        self._futures.clear()
+        self._finished.clear()
+        self._shutdown()
+
+    def describe(self) -> str:
+        where = "this process" if self.inline else f"{self.processes} worker process(es)"
+        return f"local ({where})"
