@@ -33,6 +33,7 @@ class Attempt:
     value: Any = None
     error: str | None = None
     retryable: bool = True  # bad input (a FusionPlanError) fails the same way every time
+    charged: bool = True  # False: lost with another task's dead worker, not this task's fault
     node: str = ""
     seconds: float = 0.0
 
@@ -126,8 +127,9 @@ def run_tasks(
 
     A try that raises (other than bad input) or whose worker dies is retried up to
     ``retries`` times, then yielded as a failed outcome: the caller records it, never drops
-    it. Outcomes arrive in completion order; callers key results by ``index``. The engine is
-    closed when the iteration ends, also on an error or a break.
+    it. A try the engine reports as not ``charged`` (lost with another task's worker) is
+    repeated without counting. Outcomes arrive in completion order; callers key results by
+    ``index``. The engine is closed when the iteration ends, also on an error or a break.
     """
     if retries < 0:
         raise ConfigError(f"retries must be >= 0, got {retries}")
@@ -150,6 +152,10 @@ def run_tasks(
                 in_flight += 1
             for i, attempt in engine.wait():
                 in_flight -= 1
+                if not attempt.charged:
+                    tries[i] -= 1  # a try it never really had
+                    todo.appendleft(i)
+                    continue
                 if attempt.error is not None and attempt.retryable and tries[i] <= retries:
                     todo.appendleft(i)  # again, before anything new
                     continue

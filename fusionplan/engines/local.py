@@ -43,8 +43,10 @@ class LocalEngine(Engine):
 
     Spawned, not forked: the driver may hold torch's thread pools. ``isolate`` runs even a
     single task stream in a worker, so a crash (a segfaulting exporter, the OOM killer) costs
-    that task only. A dead worker breaks the whole pool: every task in flight gets a failed
-    try (the driver retries them) and the next submission starts a fresh pool.
+    that task only. A dead worker breaks the whole pool and loses every task in flight
+    without saying whose worker died; those tasks are handed back uncharged and then run one
+    at a time ("probation") until each has ended once, so a death is charged to its own task
+    only and a task that always kills its worker still ends as a failure.
     """
 
     name = "local"
@@ -62,6 +64,7 @@ class LocalEngine(Engine):
         self._pool: ProcessPoolExecutor | None = None
         self._futures: dict[Future, int] = {}
         self._finished: list[tuple[int, Attempt]] = []  # inline mode
+        self._probation: set[int] = set()  # tasks lost with a broken pool, run alone next
 
     @property
     def slots(self) -> int:
@@ -70,8 +73,8 @@ class LocalEngine(Engine):
     @property
     def queue_depth(self) -> int:
         # inline, a submitted task has already run: one at a time keeps each result saved
-        # before the next task starts
-        return 1 if self.inline else 2 * self.processes
+        # before the next task starts; on probation, one at a time tells whose worker died
+        return 1 if self.inline or self._probation else 2 * self.processes
 
     @property
     def inline(self) -> bool:
@@ -101,20 +104,28 @@ class LocalEngine(Engine):
             return out
         ended, _ = wait(list(self._futures), return_when=FIRST_COMPLETED)
         out: list[tuple[int, Attempt]] = []
-        broken = False
+        lost: list[int] = []
         for future in ended:
             index = self._futures.pop(future)
             try:
                 out.append((index, future.result()))
+                self._probation.discard(index)
             except BrokenProcessPool:
-                broken = True
-                out.append((index, Attempt(error=WORKER_DIED, node=this_node())))
-        if broken:  # the rest of the pool's tasks are lost with it
+                lost.append(index)
+        if lost:  # the rest of the pool's tasks went down with it
             for future, index in self._futures.items():
                 future.cancel()
-                out.append((index, Attempt(error=WORKER_DIED, node=this_node())))
+                lost.append(index)
             self._futures.clear()
             self._shutdown()
+            alone = len(lost) == 1  # then it was this task's worker that died
+            for index in lost:
+                dead = Attempt(error=WORKER_DIED, charged=alone, node=this_node())
+                out.append((index, dead))
+                if alone:
+                    self._probation.discard(index)
+                else:
+                    self._probation.add(index)
         return out
 
     def _shutdown(self) -> None:
@@ -125,6 +136,7 @@ class LocalEngine(Engine):
     def close(self) -> None:
         self._futures.clear()
         self._finished.clear()
+        self._probation.clear()
         self._shutdown()
 
     def describe(self) -> str:

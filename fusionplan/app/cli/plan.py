@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import click
 
+from accel_model import COST_MODELS
 from data.zoo import model_source
 from fusionplan.app.cli.common import (
+    EngineOptions,
     OutputPath,
     PlanOptions,
+    engine_options,
     plan_options,
     print_table,
     progress_bar,
 )
+from fusionplan.app.grid import Grid, run_grid, write_grid_plot
 from fusionplan.app.pipeline import plan_graph, sweep_graph
 from fusionplan.app.report import sweep_rows, write_sweep_csv, write_sweep_plot
+from fusionplan.engines import tasks_per_node
 from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.plan import Plan
 
@@ -68,29 +75,71 @@ def _print_plan(plan: Plan) -> None:
 
 
 @click.command("sweep")
-@click.argument("model")
+@click.argument("model", required=False)
+@click.option(
+    "--models",
+    "models_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A file of models (zoo names or ONNX paths), one per line: sweep them all.",
+)
 @click.option(
     "--buffers",
     default="64KB,128KB,256KB,512KB,1MB,2MB",
     show_default=True,
     help="Comma-separated buffer sizes.",
 )
+@click.option("--schemes", help="Comma list of schemes to sweep (default: --scheme).")
 @plan_options
+@engine_options(default_processes=None)
+@click.option(
+    "--out",
+    "out_dir",
+    type=OutputPath(directory=True),
+    help="Keep finished (model, scheme) sweeps here (runs.jsonl); rerunning resumes.",
+)
 @click.option("--plot", type=OutputPath(), help="Write a DRAM-vs-buffer PNG here.")
 @click.option("-o", "--output", type=OutputPath(), help="Write the table as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON.")
-def sweep_cmd(model, buffers, opts: PlanOptions, plot, output, as_json):
-    """DRAM traffic of MODEL across buffer sizes: a table, optionally CSV and a PNG plot."""
+def sweep_cmd(
+    model,
+    models_file,
+    buffers,
+    schemes,
+    opts: PlanOptions,
+    engine_opts: EngineOptions,
+    out_dir,
+    plot,
+    output,
+    as_json,
+):
+    """DRAM traffic of MODEL across buffer sizes: a table, optionally CSV and a PNG plot.
+
+    With --models, --schemes, --out or --engine ray it sweeps a grid (models x schemes x
+    buffers) as independent tasks on the chosen engine, resumably; the rows do not depend on
+    where they ran.
+    """
     sizes = [b.strip() for b in buffers.split(",") if b.strip()]
     if not sizes:
         raise ConfigError("--buffers needs at least one size")
     requests = [opts.request(b) for b in sizes]
-    graph = opts.load(model)
+    models = ([model] if model else []) + (_read_models(models_file) if models_file else [])
+    if not models:
+        raise ConfigError("name a MODEL or give --models FILE")
+    scheme_list = [x.strip().lower() for x in (schemes or opts.scheme).split(",") if x.strip()]
+    for scheme in scheme_list:
+        COST_MODELS.check(scheme)
+    grid_mode = len(models) > 1 or len(scheme_list) > 1 or out_dir or engine_opts.engine != "local"
+    if grid_mode:
+        grid = Grid(tuple(models), tuple(scheme_list), tuple(requests))
+        _sweep_grid(grid, opts, engine_opts, out_dir, plot, output, as_json)
+        return
+    requests = [replace(r, scheme=scheme_list[0]) for r in requests]
+    graph = opts.load(models[0])
     total = opts.budget * len(requests)
     with progress_bar(f"sweep {graph.name}", total, not opts.quiet) as progress:
         plans = sweep_graph(graph, requests, progress)  # smallest buffer first, warm-started
     rows = sweep_rows(plans)
-    scheme = opts.scheme.upper()
+    scheme = scheme_list[0].upper()
     if output:
         write_sweep_csv(rows, output)
     if plot:
@@ -117,3 +166,58 @@ def sweep_cmd(model, buffers, opts: PlanOptions, plot, output, as_json):
     for path in (output, plot):
         if path:
             click.echo(f"wrote {path}")
+
+
+def _read_models(path: str) -> list[str]:
+    """One model per line; blank lines and ``#`` comments are skipped."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    models = [ln.split("#", 1)[0].strip() for ln in lines]
+    models = [m for m in models if m]
+    if not models:
+        raise ConfigError(f"{path} names no model (one zoo name or ONNX path per line)")
+    return models
+
+
+def _sweep_grid(
+    grid: Grid, opts: PlanOptions, engine_opts: EngineOptions, out_dir, plot, output, as_json
+) -> None:
+    engine = engine_opts.make()
+    with progress_bar("sweep tasks", len(grid.models) * len(grid.schemes), not opts.quiet) as bar:
+        rows, outcomes = run_grid(
+            grid, opts.load, engine=engine, out_dir=out_dir, retries=engine_opts.retries,
+            progress=bar,
+        )  # fmt: skip
+    if output:
+        write_sweep_csv(rows, output)
+    if plot:
+        write_grid_plot(rows, plot)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    print_table(
+        ["model", "scheme", "buffer", "DRAM MB", "lower bound MB", "groups", "note"],
+        [
+            [
+                r["model"],
+                r["scheme"],
+                r["buffer"],
+                "" if r["error"] else f"{r['dram_mb']:.3f}",
+                "" if r["error"] else f"{r['lower_bound_mb']:.3f}",
+                r["groups"],
+                r["error"],
+            ]
+            for r in rows
+        ],
+        title=f"sweep grid on {engine.describe()}: {opts.search} x {opts.budget}",
+    )
+    if outcomes:
+        click.echo(tasks_per_node(outcomes))
+    for path in (output, plot):
+        if path:
+            click.echo(f"wrote {path}")
+    failed = sorted({(r["model"], r["scheme"]) for r in rows if r["error"]})
+    if failed:
+        raise ConfigError(
+            f"{len(failed)} (model, scheme) sweep(s) failed, e.g. {failed[0][0]} "
+            f"{failed[0][1]}: see the table; rerun to retry them"
+        )

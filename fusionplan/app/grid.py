@@ -1,0 +1,155 @@
+"""Sweep grids: models x schemes x buffers, one warm-started sweep per (model, scheme) task.
+
+A task is one model under one scheme across every buffer (``sweep_graph``, smallest buffer
+first, each plan seeding the next), so its curve never rises with the buffer; tasks are
+independent and run on any engine. The driver loads each model once and ships the graphs to
+the workers once; finished tasks are kept in ``runs.jsonl`` (the bench's result store), so an
+interrupted grid resumes, and a task that still fails after its retries is reported in the
+table, never dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from accel_model.accelerator import format_size
+from fusionplan.app.bench.runner import ResultStore
+from fusionplan.app.pipeline import PlanRequest, sweep_graph
+from fusionplan.app.report import sweep_rows
+from fusionplan.engines import Engine, LocalEngine, Outcome, run_tasks
+from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.io import write_atomic
+
+GRID_FIELDS = (
+    "model",
+    "scheme",
+    "buffer",
+    "buffer_bytes",
+    "dram_mb",
+    "fusable_dram_mb",
+    "unfusable_dram_mb",
+    "lower_bound_mb",
+    "mbu_kb",
+    "groups",
+    "unfusable_ops",
+    "error",
+)
+"""The grid table's columns; a failed task has one row per buffer with only ``error`` set."""
+
+
+@dataclass(frozen=True)
+class GridTask:
+    model: str
+    scheme: str
+    key: str  # identifies the task and every setting its rows depend on
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What a grid computes: every request is planned for every model under every scheme."""
+
+    models: tuple[str, ...]
+    schemes: tuple[str, ...]
+    requests: tuple[PlanRequest, ...]  # one per buffer; their scheme is replaced per task
+
+    def tasks(self) -> list[GridTask]:
+        settings = [{k: v for k, v in asdict(r).items() if k != "scheme"} for r in self.requests]
+        digest = hashlib.sha256(
+            json.dumps(settings, sort_keys=True, default=str).encode()
+        ).hexdigest()[:16]
+        return [GridTask(m, s, f"grid|{m}|{s}|{digest}") for m in self.models for s in self.schemes]
+
+
+def _sweep_task(task: GridTask, shared: tuple[dict[str, OpGraph], Grid]) -> list[dict[str, Any]]:
+    """One engine task: a warm-started sweep of one model under one scheme."""
+    graphs, grid = shared
+    requests = [replace(r, scheme=task.scheme) for r in grid.requests]
+    rows = sweep_rows(sweep_graph(graphs[task.model], requests))
+    return [{"model": task.model, **row} for row in rows]
+
+
+def _failure_rows(task: GridTask, grid: Grid, error: str) -> list[dict[str, Any]]:
+    sizes = sorted(r.accelerator().buffer_bytes for r in grid.requests)
+    return [
+        {"model": task.model, "scheme": task.scheme, "buffer": format_size(b), "buffer_bytes": b,
+         "error": error}
+        for b in sizes
+    ]  # fmt: skip
+
+
+def run_grid(
+    grid: Grid,
+    load: Callable[[str], OpGraph],
+    *,
+    engine: Engine | None = None,
+    out_dir: str | Path | None = None,
+    retries: int = 2,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], list[Outcome]]:
+    """Every grid row (models, then schemes, then buffers ascending) and the outcomes of the
+    tasks run now. With ``out_dir``, finished tasks are stored there and reused on a rerun.
+    """
+    tasks = grid.tasks()
+    store = ResultStore(out_dir) if out_dir is not None else None
+    stored = {} if store is None else {t.key: store.rows.get(t.key) for t in tasks}
+    todo = [t for t in tasks if stored.get(t.key) is None]
+    graphs = {m: load(m) for m in dict.fromkeys(t.model for t in todo)}
+    results: dict[str, list[dict[str, Any]]] = {
+        k: row["rows"] for k, row in stored.items() if row is not None
+    }
+    done = len(tasks) - len(todo)
+    if progress:
+        progress(done, len(tasks))
+    outcomes = []
+    shared = (graphs, grid)
+    for outcome in run_tasks(
+        engine or LocalEngine(1), _sweep_task, todo, shared=shared, retries=retries
+    ):
+        outcomes.append(outcome)
+        task = todo[outcome.index]
+        rows = outcome.value if outcome.ok else _failure_rows(task, grid, str(outcome.error))
+        results[task.key] = rows
+        if store is not None:
+            store.add({"key": task.key, "rows": rows})
+        done += 1
+        if progress:
+            progress(done, len(tasks))
+    table = [{f: row.get(f, "") for f in GRID_FIELDS} for t in tasks for row in results[t.key]]
+    return table, outcomes
+
+
+def write_grid_plot(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """DRAM over compulsory traffic against buffer size: one panel per scheme, one line per
+    model (the ratio puts models of any size on one axis; 1.0 is the best possible)."""
+    # matplotlib (1 s to import) loads only when a plot is asked for
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # only after choosing the headless backend
+
+    good = [r for r in rows if not r["error"]]
+    schemes = list(dict.fromkeys(r["scheme"] for r in good)) or [""]
+    fig, axes = plt.subplots(1, len(schemes), figsize=(5 * len(schemes), 3.6), squeeze=False)
+    for ax, scheme in zip(axes[0], schemes, strict=True):
+        for model in dict.fromkeys(r["model"] for r in good):
+            mine = [r for r in good if r["model"] == model and r["scheme"] == scheme]
+            if not mine:
+                continue
+            kb = [r["buffer_bytes"] / 1024 for r in mine]
+            ax.plot(kb, [r["dram_mb"] / r["lower_bound_mb"] for r in mine], "o-", label=model)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("on-chip buffer (KB)")
+        ax.set_title(scheme.upper())
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("DRAM / compulsory traffic")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    try:
+        return write_atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    finally:
+        plt.close(fig)
