@@ -446,7 +446,9 @@ def generate_dataset(
     graphs = {m: plan.graphs[m] for m in {s.model for s in todo}}
     outcomes = []
     failed: dict[str, str] = {}
+    driver_s = setup_s = time.perf_counter() - started  # serial work, for scaling estimates
     for outcome in run_tasks(engine, _shard_task, todo, shared=graphs, retries=retries):
+        began = time.perf_counter()
         outcomes.append(outcome)
         spec = todo[outcome.index]
         if not outcome.ok:
@@ -459,6 +461,7 @@ def generate_dataset(
         write_text_atomic(root / MANIFEST, _json(_manifest(plan, entries, complete=False)))
         if progress is not None:
             progress(done, total)
+        driver_s += time.perf_counter() - began
     if failed:
         write_text_atomic(
             root / MANIFEST, _json(_manifest(plan, entries, complete=False, failed=failed))
@@ -476,6 +479,11 @@ def generate_dataset(
         shards_built=len(todo),
         engine=engine.describe(),
         tasks_per_node=tasks_per_node(outcomes),
+        timing={
+            "setup_seconds": round(setup_s, 3),
+            "driver_seconds": round(driver_s, 3),
+            "task_seconds": {todo[o.index].file: round(o.seconds, 3) for o in outcomes},
+        },
     )  # fmt: skip
     write_text_atomic(root / MANIFEST, _json(manifest))
     return manifest

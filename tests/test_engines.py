@@ -24,6 +24,7 @@ from fusionplan.engines import (
     run_tasks,
     tasks_per_node,
 )
+from fusionplan.engines.scaling import JobTiming, lpt_makespan, project, serial_fraction
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.onnx_import import load_model
 from tests.dataset_models import TINY_BUFFERS_KB, save_tiny
@@ -262,3 +263,31 @@ def test_an_interrupted_grid_resumes_and_a_failed_task_is_a_row(tmp_path, tiny_m
     assert len(outcomes) == 2 and all(not o.ok and o.attempts == 3 for o in outcomes)
     failed = [r for r in rows if r["model"] == "broken"]
     assert len(failed) == 6 and all(r["error"] for r in failed)
+
+
+# ---------------------------------------------------------------- scaling projections
+def test_lpt_makespan_and_projection_by_hand():
+    tasks = [5.0, 4.0, 3.0, 3.0, 3.0]
+    # longest first onto the least loaded of two cores: 5 | 4, 4+3, 5+3, 7+3
+    assert lpt_makespan(tasks, 2) == 10.0
+    assert lpt_makespan(tasks, 64) == 5.0
+    one, two, many = project(tasks, 2.0, [1, 2, 64])
+    assert one.wall_s == 20.0 and one.speedup == 1.0 and two.wall_s == 12.0
+    assert many.wall_s == 7.0 and many.bound == "longest task"
+    assert serial_fraction(tasks, 2.0) == pytest.approx(2.0 / 20.0)
+    big = JobTiming("job", tuple(tasks), setup_s=1.0, driver_s=2.0).scaled(10)
+    assert big.task_seconds == (50.0, 40.0, 30.0, 30.0, 30.0) and big.driver_s == 11.0
+
+
+def test_bench_scaling_reads_a_dataset_manifest(tmp_path, tiny_models):
+    from click.testing import CliRunner
+
+    from fusionplan.app.cli import cli
+
+    manifest = _dataset(tmp_path / "d", tiny_models, LocalEngine(1))
+    assert set(manifest["timing"]["task_seconds"]) == {s["file"] for s in manifest["shards"]}
+    result = CliRunner().invoke(cli, ["bench", "scaling", str(tmp_path / "d"), "--cores", "1,4"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(manifest['shards'])} tasks" in result.output and "| 4 |" in result.output
+    bad = CliRunner().invoke(cli, ["bench", "scaling", str(tmp_path)])
+    assert isinstance(bad.exception, ConfigError) and "neither a dataset" in str(bad.exception)

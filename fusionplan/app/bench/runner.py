@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +25,7 @@ from fusionplan.ir.io import write_text_atomic
 
 MB = 2**20
 RESULTS_FILE = "runs.jsonl"
+TIMING_FILE = "timing.json"  # the last invocation's wall, setup and driver seconds
 
 
 class ResultStore:
@@ -134,6 +136,7 @@ def run_all(
 ) -> dict[str, dict[str, Any]]:
     """Execute the runs ``store`` lacks on ``engine`` (default: this process); every run's
     row by key. A run that fails even after ``retries`` is stored with its error."""
+    started = time.perf_counter()
     runs = list(runs)
     todo = [r for r in runs if store.get(r) is None]
     # Import every model here once: workers get the graphs, never race to fill the zoo cache.
@@ -145,11 +148,25 @@ def run_all(
         progress(done, total)
     shared = (graphs, exact_time_limit_s)
     engine = engine or LocalEngine(1)
+    driver_s = setup_s = time.perf_counter() - started  # serial work, for scaling estimates
     for outcome in run_tasks(engine, _execute_task, todo, shared=shared, retries=retries):
+        began = time.perf_counter()
         run = todo[outcome.index]
         failure = {"key": run.key, **asdict(run), "error": outcome.error}
-        store.add(outcome.value if outcome.ok else failure)
+        store.add(
+            {**(outcome.value if outcome.ok else failure), "task_s": round(outcome.seconds, 3)}
+        )
         done += 1
         if progress:
             progress(done, total)
+        driver_s += time.perf_counter() - began
+    if todo:
+        timing = {
+            "engine": engine.describe(),
+            "runs": len(todo),
+            "wall_s": round(time.perf_counter() - started, 3),
+            "setup_s": round(setup_s, 3),
+            "driver_s": round(driver_s, 3),
+        }
+        write_text_atomic(store.directory / TIMING_FILE, json.dumps(timing, indent=1) + "\n")
     return {r.key: store.rows[r.key] for r in runs}

@@ -17,6 +17,7 @@ from fusionplan.app.bench.batching import plot as plot_batching
 from fusionplan.app.bench.batching import run_bench as run_batching_bench
 from fusionplan.app.bench.batching import write_markdown as write_batching_markdown
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
+from fusionplan.app.bench.scaling import job_timing
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.bench.sweeps import sweep_model
 from fusionplan.app.cli.common import (
@@ -28,6 +29,7 @@ from fusionplan.app.cli.common import (
     scheme_option,
 )
 from fusionplan.app.pipeline import PlanRequest
+from fusionplan.engines.scaling import markdown as scaling_markdown
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path
 from fusionplan.passes.batching.workloads import WORKLOADS, get_workload
@@ -309,3 +311,27 @@ def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> 
         write_batching_markdown(cells, Path(out))
     if plot_path:
         plot_batching(cells, Path(plot_path))
+
+
+@bench_group.command("scaling")
+@click.argument("source", type=click.Path(exists=True, file_okay=False))
+@click.option("--cores", default="8,64,512", show_default=True, help="Comma list.")
+@click.option(
+    "--scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Project a job this many times larger (e.g. 20 for a 20x bigger dataset).",
+)
+def bench_scaling(source, cores, scale) -> None:
+    """Project a finished job (a dataset directory or a bench --out directory) onto more
+    cores from its measured task times and serial driver work (Amdahl, LPT scheduling)."""
+    counts = []
+    for c in _names(cores) or ():
+        if not c.isdigit() or int(c) < 1:
+            raise ConfigError(f"--cores wants whole numbers >= 1, got {c!r}")
+        counts.append(int(c))
+    timing = job_timing(source)
+    if not timing.task_seconds:
+        raise ConfigError(f"{source} recorded no task times; rerun the job to measure them")
+    click.echo(scaling_markdown(timing.scaled(scale) if scale != 1 else timing, counts))
