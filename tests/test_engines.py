@@ -8,12 +8,14 @@ with a reason where Ray is not installed.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from data import dataset as ds
+from fusionplan.app import grid as grid_module
 from fusionplan.app.grid import Grid, run_grid
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.engines import (
@@ -79,7 +81,8 @@ def die_if_negative(item: int, shared: None) -> int:
 def test_run_tasks_returns_every_value_with_the_shared_input():
     outcomes = list(run_tasks(LocalEngine(1), square_plus, [1, 2, 3], shared=10))
     assert sorted((o.index, o.value) for o in outcomes) == [(0, 11), (1, 14), (2, 19)]
-    assert all(o.ok and o.attempts == 1 for o in outcomes)
+    assert all(o.ok and o.attempts == 1 and o.node == socket.gethostname() for o in outcomes)
+    assert all(isinstance(o.seconds, float) and o.seconds >= 0 for o in outcomes)
 
 
 def test_a_failing_task_is_retried_then_reported(tmp_path):
@@ -211,9 +214,11 @@ def test_ray_dataset_shards_are_byte_identical_to_local(tmp_path, tiny_models, r
 @needs_ray
 def test_ray_sweep_grid_equals_local(tmp_path, tiny_models, ray_engine):
     grid = _grid(tiny_models)
-    local, _ = run_grid(grid, lambda m: load_model(m), engine=LocalEngine(1))
-    remote, outcomes = run_grid(grid, lambda m: load_model(m), engine=ray_engine)
-    assert remote == local and len(outcomes) == 4
+    local, _ = run_grid(grid, load_model, engine=LocalEngine(1))
+    pooled, _ = run_grid(grid, load_model, engine=LocalEngine(2))
+    remote, outcomes = run_grid(grid, load_model, engine=ray_engine)
+    assert remote == local == pooled and len(outcomes) == 4
+    assert all(o.node and o.seconds > 0 for o in outcomes)
     assert not any(r["error"] for r in local)
     for model in grid.models:  # warm-started: no curve rises with the buffer
         for scheme in grid.schemes:
@@ -249,20 +254,32 @@ def test_an_interrupted_ray_job_resumes_with_only_the_missing_shards(
     assert again["content_sha256"] == reference["content_sha256"]
 
 
-def test_an_interrupted_grid_resumes_and_a_failed_task_is_a_row(tmp_path, tiny_models):
+def test_an_interrupted_grid_resumes_and_a_failed_task_is_a_row(tmp_path, tiny_models, monkeypatch):
     grid = _grid(tiny_models)
     out = tmp_path / "grid"
-    full, outcomes = run_grid(grid, lambda m: load_model(m), engine=LocalEngine(1), out_dir=out)
-    assert len(outcomes) == 4
-    again, outcomes = run_grid(grid, lambda m: load_model(m), out_dir=out)
-    assert again == full and outcomes == []  # everything reused, nothing run
-    broken = Grid((*grid.models, "broken"), grid.schemes, grid.requests)
-    rows, outcomes = run_grid(  # a graph that crashes the sweep: each task fails 3 times
-        broken, lambda m: load_model(m) if m != "broken" else None, out_dir=out
-    )
-    assert len(outcomes) == 2 and all(not o.ok and o.attempts == 3 for o in outcomes)
-    failed = [r for r in rows if r["model"] == "broken"]
-    assert len(failed) == 6 and all(r["error"] for r in failed)
+    real = grid_module.sweep_graph
+    broken = str(tiny_models[1])
+
+    def crash_on_one_model(graph, requests):
+        if graph.name == load_model(broken).name:
+            raise RuntimeError("this sweep crashed")
+        return real(graph, requests)
+
+    monkeypatch.setattr(grid_module, "sweep_graph", crash_on_one_model)
+    rows, outcomes = run_grid(grid, load_model, out_dir=out)
+    assert len(outcomes) == 4 and sum(not o.ok and o.attempts == 3 for o in outcomes) == 2
+    failed = [r for r in rows if r["error"]]
+    assert len(failed) == 6 and {r["model"] for r in failed} == {broken}
+    assert all("this sweep crashed" in r["error"] for r in failed)
+
+    monkeypatch.setattr(grid_module, "sweep_graph", real)
+    again, outcomes = run_grid(grid, load_model, out_dir=out)
+    assert len(outcomes) == 2 and all(o.ok for o in outcomes)  # only the failed ones reran
+    assert not any(r["error"] for r in again)
+    full, outcomes = run_grid(grid, load_model, out_dir=out)
+    assert full == again and outcomes == []  # everything reused, nothing run
+    other = Grid(grid.models, grid.schemes, grid.requests, load_options="other")
+    assert len(run_grid(other, load_model, out_dir=out)[1]) == 4  # other settings: no reuse
 
 
 # ---------------------------------------------------------------- scaling projections

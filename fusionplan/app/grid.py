@@ -5,7 +5,7 @@ first, each plan seeding the next), so its curve never rises with the buffer; ta
 independent and run on any engine. The driver loads each model once and ships the graphs to
 the workers once; finished tasks are kept in ``runs.jsonl`` (the bench's result store), so an
 interrupted grid resumes, and a task that still fails after its retries is reported in the
-table, never dropped.
+table, never dropped, and run again on the next rerun.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from accel_model.accelerator import format_size
+from data.shards import graph_fingerprint
 from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, sweep_graph
 from fusionplan.app.report import sweep_rows
@@ -56,13 +58,19 @@ class Grid:
     models: tuple[str, ...]
     schemes: tuple[str, ...]
     requests: tuple[PlanRequest, ...]  # one per buffer; their scheme is replaced per task
+    load_options: str = ""  # how the models are loaded (input shapes, ...): part of the key
 
-    def tasks(self) -> list[GridTask]:
+    def tasks(self, fingerprints: dict[str, str]) -> list[GridTask]:
+        """The tasks, keyed by every setting and by each model graph's content, so a rerun
+        with other settings or an edited model file never reuses stale rows."""
         settings = [{k: v for k, v in asdict(r).items() if k != "scheme"} for r in self.requests]
-        digest = hashlib.sha256(
-            json.dumps(settings, sort_keys=True, default=str).encode()
-        ).hexdigest()[:16]
-        return [GridTask(m, s, f"grid|{m}|{s}|{digest}") for m in self.models for s in self.schemes]
+        text = json.dumps([settings, self.load_options], sort_keys=True, default=str)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return [
+            GridTask(m, s, f"grid|{m}|{s}|{digest}|{fingerprints[m][:16]}")
+            for m in self.models
+            for s in self.schemes
+        ]
 
 
 def _sweep_task(task: GridTask, shared: tuple[dict[str, OpGraph], Grid]) -> list[dict[str, Any]]:
@@ -92,33 +100,37 @@ def run_grid(
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[Outcome]]:
     """Every grid row (models, then schemes, then buffers ascending) and the outcomes of the
-    tasks run now. With ``out_dir``, finished tasks are stored there and reused on a rerun.
+    tasks run now. With ``out_dir``, finished tasks are stored there and reused on a rerun;
+    failed ones are stored too (the table shows them) but run again on the next rerun.
     """
-    tasks = grid.tasks()
+    graphs = {m: load(m) for m in dict.fromkeys(grid.models)}  # bad input fails here, early
+    tasks = grid.tasks({m: graph_fingerprint(g) for m, g in graphs.items()})
     store = ResultStore(out_dir) if out_dir is not None else None
-    stored = {} if store is None else {t.key: store.rows.get(t.key) for t in tasks}
-    todo = [t for t in tasks if stored.get(t.key) is None]
-    graphs = {m: load(m) for m in dict.fromkeys(t.model for t in todo)}
-    results: dict[str, list[dict[str, Any]]] = {
-        k: row["rows"] for k, row in stored.items() if row is not None
-    }
+    results: dict[str, list[dict[str, Any]]] = {}
+    for t in tasks:
+        row = None if store is None else store.rows.get(t.key)
+        if row is not None and not any(r.get("error") for r in row["rows"]):
+            results[t.key] = row["rows"]  # a failed task is run again
+    todo = [t for t in tasks if t.key not in results]
+    graphs = {m: graphs[m] for m in dict.fromkeys(t.model for t in todo)}
     done = len(tasks) - len(todo)
     if progress:
         progress(done, len(tasks))
     outcomes = []
     shared = (graphs, grid)
-    for outcome in run_tasks(
-        engine or LocalEngine(1), _sweep_task, todo, shared=shared, retries=retries
-    ):
-        outcomes.append(outcome)
-        task = todo[outcome.index]
-        rows = outcome.value if outcome.ok else _failure_rows(task, grid, str(outcome.error))
-        results[task.key] = rows
-        if store is not None:
-            store.add({"key": task.key, "rows": rows})
-        done += 1
-        if progress:
-            progress(done, len(tasks))
+    with closing(
+        run_tasks(engine or LocalEngine(1), _sweep_task, todo, shared=shared, retries=retries)
+    ) as outcomes_now:
+        for outcome in outcomes_now:
+            outcomes.append(outcome)
+            task = todo[outcome.index]
+            rows = outcome.value if outcome.ok else _failure_rows(task, grid, str(outcome.error))
+            results[task.key] = rows
+            if store is not None:
+                store.add({"key": task.key, "rows": rows})
+            done += 1
+            if progress:
+                progress(done, len(tasks))
     table = [{f: row.get(f, "") for f in GRID_FIELDS} for t in tasks for row in results[t.key]]
     return table, outcomes
 
@@ -143,7 +155,9 @@ def write_grid_plot(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
             kb = [r["buffer_bytes"] / 1024 for r in mine]
             ax.plot(kb, [r["dram_mb"] / r["lower_bound_mb"] for r in mine], "o-", label=model)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("on-chip buffer (KB)")
+        sizes = sorted({r["buffer_bytes"]: r["buffer"] for r in good}.items())
+        ax.set_xticks([b / 1024 for b, _ in sizes], [name for _, name in sizes])
+        ax.set_xlabel("on-chip buffer")
         ax.set_title(scheme.upper())
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("DRAM / compulsory traffic")

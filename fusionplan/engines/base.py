@@ -26,7 +26,7 @@ TaskFn = Callable[[Any, Any], Any]
 WORKER_DIED = "the worker process died (crashed, or killed e.g. for memory) running this task"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Attempt:
     """What one try of one task reported (built in the worker, or by the engine if it died)."""
 
@@ -71,13 +71,18 @@ def call_task(fn: TaskFn, item: Any, shared: Any, node: str) -> Attempt:
     try:
         value = fn(item, shared)
     except FusionPlanError as exc:
-        return Attempt(None, str(exc), False, node, time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        return Attempt(error=str(exc), retryable=False, node=node, seconds=seconds)
     except Exception as exc:
-        last = traceback.extract_tb(exc.__traceback__)[-1:]
-        where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
-        error = f"{type(exc).__name__}: {exc}{where}"
-        return Attempt(None, error, True, node, time.perf_counter() - began)
-    return Attempt(value, None, True, node, time.perf_counter() - began)
+        return Attempt(error=describe(exc), node=node, seconds=time.perf_counter() - began)
+    return Attempt(value=value, node=node, seconds=time.perf_counter() - began)
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: type, message and the innermost frame."""
+    last = traceback.extract_tb(exc.__traceback__)[-1:]
+    where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 class Engine(ABC):
@@ -108,7 +113,11 @@ class Engine(ABC):
 
     @abstractmethod
     def close(self) -> None:
-        """Release workers (idempotent)."""
+        """Release workers (idempotent); tasks still queued or running are dropped."""
+
+    def abort(self) -> None:
+        """Stop at once (the driver was interrupted): do not wait for running tasks."""
+        self.close()
 
     def describe(self) -> str:
         return f"{self.name} ({self.slots} at once)"
@@ -129,7 +138,9 @@ def run_tasks(
     ``retries`` times, then yielded as a failed outcome: the caller records it, never drops
     it. A try the engine reports as not ``charged`` (lost with another task's worker) is
     repeated without counting. Outcomes arrive in completion order; callers key results by
-    ``index``. The engine is closed when the iteration ends, also on an error or a break.
+    ``index``. The engine is closed when the iteration ends, and aborted (running tasks
+    dropped) when it stops early; callers iterate under ``contextlib.closing`` so that an
+    error in their loop body stops the engine at once, not when the generator is collected.
     """
     if retries < 0:
         raise ConfigError(f"retries must be >= 0, got {retries}")
@@ -143,6 +154,7 @@ def run_tasks(
     if not total:
         return
     engine.start(fn, shared)
+    finished = False
     try:
         while todo or in_flight:
             while todo and in_flight < engine.queue_depth:
@@ -165,8 +177,13 @@ def run_tasks(
                 )
                 if progress:
                     progress(done, total)
+        finished = True
     finally:
-        engine.close()
+        # stopped early (an error, Ctrl-C, the caller's break): drop the work in flight now
+        if finished:
+            engine.close()
+        else:
+            engine.abort()
 
 
 def tasks_per_node(outcomes: Sequence[Outcome]) -> str:

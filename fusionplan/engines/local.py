@@ -16,6 +16,7 @@ from fusionplan.engines.base import (
     TaskFn,
     call_task,
     check_processes,
+    describe,
     this_node,
 )
 from fusionplan.ir.errors import ConfigError
@@ -46,7 +47,8 @@ class LocalEngine(Engine):
     that task only. A dead worker breaks the whole pool and loses every task in flight
     without saying whose worker died; those tasks are handed back uncharged and then run one
     at a time ("probation") until each has ended once, so a death is charged to its own task
-    only and a task that always kills its worker still ends as a failure.
+    only and a task that always kills its worker still ends as a failure. (An idle worker
+    killed from outside while one task runs is charged to that task: one try of its retries.)
     """
 
     name = "local"
@@ -81,6 +83,7 @@ class LocalEngine(Engine):
         return self.processes == 1 and not self.isolate
 
     def start(self, fn: TaskFn, shared: Any) -> None:
+        self.close()  # nothing of an earlier job may leak into this one
         self._fn, self._shared = fn, shared
 
     def submit(self, index: int, item: Any) -> None:
@@ -96,7 +99,12 @@ class LocalEngine(Engine):
                 initializer=_init_worker,
                 initargs=(self._fn, self._shared),
             )
-        self._futures[self._pool.submit(_run, item)] = index
+        try:
+            future = self._pool.submit(_run, item)
+        except BrokenProcessPool:  # a worker died since the last wait: lost like the rest
+            future = Future()
+            future.set_exception(BrokenProcessPool(WORKER_DIED))
+        self._futures[future] = index
 
     def wait(self) -> list[tuple[int, Attempt]]:
         if self.inline:
@@ -112,6 +120,8 @@ class LocalEngine(Engine):
                 self._probation.discard(index)
             except BrokenProcessPool:
                 lost.append(index)
+            except Exception as exc:  # e.g. an item or value that cannot be pickled
+                out.append((index, Attempt(error=describe(exc), retryable=False, node=this_node())))
         if lost:  # the rest of the pool's tasks went down with it
             for future, index in self._futures.items():
                 future.cancel()
@@ -138,6 +148,16 @@ class LocalEngine(Engine):
         self._finished.clear()
         self._probation.clear()
         self._shutdown()
+
+    def abort(self) -> None:
+        """Kill the workers instead of waiting for the tasks they are running."""
+        if self._pool is not None:
+            # ProcessPoolExecutor has no public way to stop running work before Python 3.14
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.terminate()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self.close()
 
     def describe(self) -> str:
         where = "this process" if self.inline else f"{self.processes} worker process(es)"

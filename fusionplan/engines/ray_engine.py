@@ -88,16 +88,17 @@ class RayEngine(Engine):
 
     def start(self, fn: TaskFn, shared: Any) -> None:
         ray = self._ray
+        self._drop_tasks()  # nothing of an earlier job may leak into this one
         if not ray.is_initialized():
             options: dict[str, Any] = {
                 "include_dashboard": False,
                 "log_to_driver": False,
                 "configure_logging": False,
+                # workers run one torch thread each, as on the local engine
+                "runtime_env": {"env_vars": {"FUSIONPLAN_TORCH_THREADS": "1"}},
             }
             if self.address is None:
                 options["num_cpus"] = self.processes
-                # workers run one torch thread each, as on the local engine
-                options["runtime_env"] = {"env_vars": {"FUSIONPLAN_TORCH_THREADS": "1"}}
             try:
                 ray.init(address=self.address, **options)
             except ConnectionError as exc:
@@ -122,13 +123,17 @@ class RayEngine(Engine):
             try:
                 out.append((index, ray.get(ref)))
             except ray.exceptions.RayError as exc:  # the worker or its node died
-                out.append((index, Attempt(error=f"{WORKER_DIED} ({type(exc).__name__})")))
+                died = Attempt(error=f"{WORKER_DIED} ({type(exc).__name__})", node="unknown")
+                out.append((index, died))
         return out
 
-    def close(self) -> None:
+    def _drop_tasks(self) -> None:
         for ref in self._refs:
             self._ray.cancel(ref, force=True)
         self._refs.clear()
+
+    def close(self) -> None:
+        self._drop_tasks()
         self._box = [None]
         if self._owns_ray and self._ray.is_initialized():
             self._ray.shutdown()

@@ -20,6 +20,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -182,17 +183,20 @@ def run_catalogue(
     if progress:
         progress(reused, len(names))
     finished = reused
-    for outcome in run_tasks(engine, _measure_task, todo, shared=config, retries=retries):
-        name = todo[outcome.index]
-        if outcome.ok:
-            store.add(outcome.value)
-        else:
-            row = {"key": config.key(name), "model": name, "dram_mb": {}}
-            store.add({**row, "input": zoo_entry(name).input_size, "error": outcome.error})
-        publish()
-        finished += 1
-        if progress:
-            progress(finished, len(names))
+    with closing(
+        run_tasks(engine, _measure_task, todo, shared=config, retries=retries)
+    ) as outcomes_now:
+        for outcome in outcomes_now:
+            name = todo[outcome.index]
+            if outcome.ok:
+                store.add(outcome.value)
+            else:
+                row = {"key": config.key(name), "model": name, "dram_mb": {}}
+                store.add({**row, "input": zoo_entry(name).input_size, "error": outcome.error})
+            publish()
+            finished += 1
+            if progress:
+                progress(finished, len(names))
     return publish()
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
+from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,7 @@ def run_all(
     row by key. A run that fails even after ``retries`` is stored with its error."""
     started = time.perf_counter()
     runs = list(runs)
-    todo = [r for r in runs if store.get(r) is None]
+    todo = [r for r in runs if store.get(r) is None or store.get(r).get("task_failed")]
     # Import every model here once: workers get the graphs, never race to fill the zoo cache.
     graphs = {m: _graph(m) for m in sorted({r.model for r in todo})}
     ops = {m: len(g) for m, g in graphs.items()}
@@ -149,17 +150,21 @@ def run_all(
     shared = (graphs, exact_time_limit_s)
     engine = engine or LocalEngine(1)
     driver_s = setup_s = time.perf_counter() - started  # serial work, for scaling estimates
-    for outcome in run_tasks(engine, _execute_task, todo, shared=shared, retries=retries):
-        began = time.perf_counter()
-        run = todo[outcome.index]
-        failure = {"key": run.key, **asdict(run), "error": outcome.error}
-        store.add(
-            {**(outcome.value if outcome.ok else failure), "task_s": round(outcome.seconds, 3)}
-        )
-        done += 1
-        if progress:
-            progress(done, total)
-        driver_s += time.perf_counter() - began
+    with closing(
+        run_tasks(engine, _execute_task, todo, shared=shared, retries=retries)
+    ) as outcomes_now:
+        for outcome in outcomes_now:
+            began = time.perf_counter()
+            run = todo[outcome.index]
+            # a task that failed (not a search that reported bad input) runs again on a rerun
+            failure = {"key": run.key, **asdict(run), "error": outcome.error, "task_failed": True}
+            store.add(
+                {**(outcome.value if outcome.ok else failure), "task_s": round(outcome.seconds, 3)}
+            )
+            done += 1
+            if progress:
+                progress(done, total)
+            driver_s += time.perf_counter() - began
     if todo:
         timing = {
             "engine": engine.describe(),

@@ -251,16 +251,19 @@ class EngineOptions:
     address: str | None
     processes: int | None
     retries: int
+    local_processes: int | None = None  # the command's -j default on the local engine
 
     def make(self, *, isolate: bool = False) -> Engine:
-        return make_engine(
-            self.engine, processes=self.processes, address=self.address, isolate=isolate
-        )
+        processes = self.processes
+        if processes is None and self.engine == "local":
+            processes = self.local_processes  # Ray sizes itself (or is a cluster)
+        return make_engine(self.engine, processes=processes, address=self.address, isolate=isolate)
 
 
 def engine_options(default_processes: int | None = None) -> Callable[..., Any]:
     """Add ``--engine``, ``--address``, ``-j/--processes`` and ``--retries``; the command
-    receives them as ``engine_opts``. ``default_processes`` None means one per CPU."""
+    receives them as ``engine_opts``. ``default_processes`` is the local engine's default
+    (None: one per CPU); on Ray, -j left out means all of a private instance's CPUs."""
     options = [
         click.option(
             "--engine",
@@ -279,10 +282,9 @@ def engine_options(default_processes: int | None = None) -> Callable[..., Any]:
             "--jobs",
             "processes",
             type=click.IntRange(min=1),
-            default=default_processes,
-            show_default=default_processes is not None,
-            help="Worker processes (local), or CPUs of a private local Ray instance "
-            "(default: one per CPU).",
+            help="Worker processes (local engine; default "
+            + ("one per CPU" if default_processes is None else str(default_processes))
+            + "), or CPUs of a private local Ray instance (default: all).",
         ),
         click.option(
             "--retries",
@@ -294,11 +296,12 @@ def engine_options(default_processes: int | None = None) -> Callable[..., Any]:
     ]
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fields = EngineOptions.__dataclass_fields__
+        fields = ("engine", "address", "processes", "retries")
 
         @functools.wraps(fn)
         def command(*args: Any, **kwargs: Any) -> Any:  # args: click's pass_context
-            opts = EngineOptions(**{name: kwargs.pop(name) for name in fields})
+            given = {name: kwargs.pop(name) for name in fields}
+            opts = EngineOptions(**given, local_processes=default_processes)
             return fn(*args, engine_opts=opts, **kwargs)
 
         for option in reversed(options):

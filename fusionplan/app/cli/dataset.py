@@ -48,7 +48,9 @@ def dataset_generate(
     resumable: rerun the same command after an interruption and only missing shards are built.
     """
 
-    sizes = {k: v for k, v in (("groups", groups), ("unseen_groups", unseen_groups)) if v}
+    sizes = {
+        k: v for k, v in (("groups", groups), ("unseen_groups", unseen_groups)) if v is not None
+    }
     out = Path(output)
     engine = engine_opts.make()
     with progress_bar("generating shards", enabled=not quiet) as progress:

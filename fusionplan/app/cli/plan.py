@@ -130,7 +130,8 @@ def sweep_cmd(
         COST_MODELS.check(scheme)
     grid_mode = len(models) > 1 or len(scheme_list) > 1 or out_dir or engine_opts.engine != "local"
     if grid_mode:
-        grid = Grid(tuple(models), tuple(scheme_list), tuple(requests))
+        load_options = json.dumps([sorted(opts.input_shape), opts.strict_ops])
+        grid = Grid(tuple(models), tuple(scheme_list), tuple(requests), load_options)
         _sweep_grid(grid, opts, engine_opts, out_dir, plot, output, as_json)
         return
     requests = [replace(r, scheme=scheme_list[0]) for r in requests]
