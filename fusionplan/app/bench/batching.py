@@ -2,8 +2,10 @@
 workload across batch sizes and hidden sizes, FSM + PQ layout against agenda and depth with
 allocation-order layout (docs/design.md, "Batching").
 
-Per cell it runs each (policy, layout) once through ``run_batching`` and reports batches,
-lower bound, copied bytes and inputs/s. Each (workload, batch size, configuration) is checked
+Per cell it prepares each (policy, layout) through ``prepare_batching`` and times the four
+round-robin (``time_interleaved``: one run of each per round, medians over the rounds), so a
+slow spell of the shared machine hits every configuration alike; it reports batches, lower
+bound, copied bytes and inputs/s. Each (workload, batch size, configuration) is checked
 against node-by-node execution once, at the first hidden size: schedule and layout do not
 depend on the width, and the node-by-node reference is what makes the big lattice cells slow.
 The speedup is FSM + PQ over the *best* of agenda and depth with the naive layout.
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fusionplan.ir.io import write_atomic, write_text_atomic
-from fusionplan.passes.batching.pipeline import BatchingRequest, BatchingResult, run_batching
+from fusionplan.passes.batching.executor import time_interleaved
+from fusionplan.passes.batching.pipeline import BatchingRequest, BatchingResult, prepare_batching
 
 CONFIGS = (("depth", "naive"), ("agenda", "naive"), ("fsm", "naive"), ("fsm", "pq"))
 
@@ -54,18 +57,24 @@ def run_bench(
     for workload in workloads:
         for batch_size in batch_sizes:
             for hidden in hiddens:
-                results = {}
-                for policy, layout in CONFIGS:
-                    request = BatchingRequest(
-                        workload,
-                        policy,
-                        layout,
-                        batch_size,
-                        hidden,
-                        repeats=repeats,
-                        verify=hidden == hiddens[0],
+                prepared = {
+                    f"{policy}+{layout}": prepare_batching(
+                        BatchingRequest(
+                            workload,
+                            policy,
+                            layout,
+                            batch_size,
+                            hidden,
+                            repeats=repeats,
+                            verify=hidden == hiddens[0],
+                        )
                     )
-                    results[f"{policy}+{layout}"] = run_batching(request)
+                    for policy, layout in CONFIGS
+                }
+                seconds = time_interleaved([p.run for p in prepared.values()], repeats)
+                results = {
+                    key: p.timed(t) for (key, p), t in zip(prepared.items(), seconds, strict=True)
+                }
                 cells.append(BenchCell(workload, batch_size, hidden, results))
                 if progress:
                     progress(f"{workload} b={batch_size} h={hidden}")

@@ -8,6 +8,7 @@ as the per-graph overhead.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -121,13 +122,18 @@ def run_unbatched(graph: DataflowGraph, cells: Mapping[str, torch.nn.Module]) ->
     return outputs
 
 
-def time_call(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall seconds of ``fn()`` after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
+def time_interleaved(
+    runs: Sequence[Callable[[], object]], repeats: int, warmup: int = 1
+) -> list[float]:
+    """Median seconds of each of ``runs``, timed round-robin (one call of each per round), so
+    that a slow spell of a shared machine hits every configuration alike instead of one."""
+    for run in runs:
+        for _ in range(warmup):
+            run()
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
-        began = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - began)
-    return sorted(times)[len(times) // 2]
+        for run, mine in zip(runs, times, strict=True):
+            began = time.perf_counter()
+            run()
+            mine.append(time.perf_counter() - began)
+    return [statistics.median(t) for t in times]

@@ -7,8 +7,10 @@ from seeds the evaluation never uses, and cached as JSON, so a rerun trains noth
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from fusionplan.passes.batching.executor import (
     node_outputs,
     run_program,
     run_unbatched,
-    time_call,
+    time_interleaved,
 )
 from fusionplan.passes.batching.fsm import (
     DEFAULT_ENCODING,
@@ -148,8 +150,19 @@ def make_policy(
     return FSMPolicy(table), seconds
 
 
-def run_batching(request: BatchingRequest) -> BatchingResult:
-    """Schedule, lay out, execute and time one mini-batch of ``request.workload``."""
+@dataclass(frozen=True)
+class PreparedBatching:
+    """A scheduled, laid-out, compiled and verified run, ready to be timed."""
+
+    result: BatchingResult  # everything but ``seconds`` (NaN until timed)
+    run: Callable[[], object]  # one batched execution of the mini-batch
+
+    def timed(self, seconds: float) -> BatchingResult:
+        return replace(self.result, seconds=seconds)
+
+
+def prepare_batching(request: BatchingRequest) -> PreparedBatching:
+    """Schedule, lay out, compile and (if asked) verify one mini-batch; time nothing."""
     request.check()
     workload = get_workload(request.workload)
     policy, train_seconds = make_policy(request, workload)
@@ -167,9 +180,8 @@ def run_batching(request: BatchingRequest) -> BatchingResult:
         batched = node_outputs(program, run_program(program, cells))
         reference = run_unbatched(graph, cells)
         error = max(float((a - b).abs().max()) for a, b in zip(batched, reference, strict=True))
-    seconds = time_call(lambda: run_program(program, cells), repeats=request.repeats)
     copies = copy_stats(graph, batches, layout)
-    return BatchingResult(
+    result = BatchingResult(
         request=request,
         nodes=len(graph),
         batches=len(batches),
@@ -178,11 +190,18 @@ def run_batching(request: BatchingRequest) -> BatchingResult:
         slots=copies.slots,
         views=copies.views,
         bytes_copied=copies.bytes_copied,
-        seconds=seconds,
+        seconds=math.nan,
         schedule_ms=schedule_ms,
         train_seconds=train_seconds,
         max_abs_error=error,
     )
+    return PreparedBatching(result, lambda: run_program(program, cells))
+
+
+def run_batching(request: BatchingRequest) -> BatchingResult:
+    """Schedule, lay out, execute and time one mini-batch of ``request.workload``."""
+    prepared = prepare_batching(request)
+    return prepared.timed(time_interleaved([prepared.run], request.repeats)[0])
 
 
 def batch(
