@@ -22,6 +22,7 @@ from fusionplan.passes.batching.executor import time_interleaved
 from fusionplan.passes.batching.pipeline import BatchingRequest, BatchingResult, prepare_batching
 
 CONFIGS = (("depth", "naive"), ("agenda", "naive"), ("fsm", "naive"), ("fsm", "pq"))
+MAX_ERROR = 1e-4  # batched vs node-by-node outputs, float32 cells
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,13 @@ def run_bench(
                     )
                     for policy, layout in CONFIGS
                 }
+                for key, p in prepared.items():
+                    error = p.result.max_abs_error
+                    if error is not None and error > MAX_ERROR:
+                        raise AssertionError(
+                            f"{workload} b={batch_size} {key}: batched run differs from the "
+                            f"node-by-node run by {error:.2e} (> {MAX_ERROR})"
+                        )
                 seconds = time_interleaved([p.run for p in prepared.values()], repeats)
                 results = {
                     key: p.timed(t) for (key, p), t in zip(prepared.items(), seconds, strict=True)
