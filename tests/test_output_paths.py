@@ -158,7 +158,8 @@ def test_checks_create_no_directory(cwd: Path, capsys, monkeypatch: pytest.Monke
         seen.append(out)
         assert not (cwd / "new").exists()
         group_counts = {"groups": 1, "samples_per_scheme": 5}
-        return {"counts": {"train": group_counts, "unseen": group_counts}, "generation_seconds": 0}
+        counts = {"counts": {"train": group_counts, "unseen": group_counts}}
+        return {**counts, "generation_seconds": 0, "engine": "local", "tasks_per_node": ""}
 
     monkeypatch.setattr(dataset, "generate_dataset", generate)
     code, err = fusionplan(capsys, "dataset", "generate", "-q", "-o", "new/sub/ds")
