@@ -19,7 +19,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from contextlib import closing
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -63,7 +62,7 @@ from data.zoo import (
     model_source,
     zoo_entry,
 )
-from fusionplan.engines import Engine, LocalEngine, run_tasks, tasks_per_node
+from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_atomic, write_text_atomic
@@ -445,15 +444,10 @@ def generate_dataset(
     order = {m.name: (-m.nodes, i) for i, m in enumerate(plan.models)}
     todo.sort(key=lambda s: (order[s.model], -s.quota))
     graphs = {m: plan.graphs[m] for m in {s.model for s in todo}}
-    outcomes = []
     failed: dict[str, str] = {}
-    driver_s = setup_s = time.perf_counter() - started  # serial work, for scaling estimates
-    with closing(
-        run_tasks(engine, _shard_task, todo, shared=graphs, retries=retries)
-    ) as outcomes_now:
-        for outcome in outcomes_now:
-            began = time.perf_counter()
-            outcomes.append(outcome)
+    setup_s = time.perf_counter() - started  # serial work, for scaling estimates
+    with Job(engine, _shard_task, todo, shared=graphs, retries=retries) as job:
+        for outcome in job:
             spec = todo[outcome.index]
             if not outcome.ok:
                 failed[spec.file] = str(outcome.error)
@@ -465,7 +459,6 @@ def generate_dataset(
             write_text_atomic(root / MANIFEST, _json(_manifest(plan, entries, complete=False)))
             if progress is not None:
                 progress(done, total)
-            driver_s += time.perf_counter() - began
     if failed:
         write_text_atomic(
             root / MANIFEST, _json(_manifest(plan, entries, complete=False, failed=failed))
@@ -476,14 +469,15 @@ def generate_dataset(
             f"{first[1]}); rerun the same command to retry them"
         )
     elapsed = time.perf_counter() - started
+    task_s = {todo[o.index].file: o.seconds for o in job.outcomes}
     manifest = _manifest(
         plan, entries, complete=True,
         generated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         generation_seconds=round(elapsed, 2),
         shards_built=len(todo),
         engine=engine.describe(),
-        tasks_per_node=tasks_per_node(outcomes),
-        timing=_timing(old, setup_s, driver_s, {todo[o.index].file: o.seconds for o in outcomes}),
+        tasks_per_node=job.tasks_per_node(),
+        timing=_timing(old, setup_s, setup_s + job.driver_s, task_s),
     )  # fmt: skip
     write_text_atomic(root / MANIFEST, _json(manifest))
     return manifest

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from contextlib import closing
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from data.shards import graph_fingerprint
 from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, sweep_graph
 from fusionplan.app.report import sweep_rows
-from fusionplan.engines import Engine, LocalEngine, Outcome, run_tasks
+from fusionplan.engines import Engine, Job, LocalEngine, Outcome
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_atomic
 
@@ -116,13 +115,9 @@ def run_grid(
     done = len(tasks) - len(todo)
     if progress:
         progress(done, len(tasks))
-    outcomes = []
-    shared = (graphs, grid)
-    with closing(
-        run_tasks(engine or LocalEngine(1), _sweep_task, todo, shared=shared, retries=retries)
-    ) as outcomes_now:
-        for outcome in outcomes_now:
-            outcomes.append(outcome)
+    engine = engine or LocalEngine(1)
+    with Job(engine, _sweep_task, todo, shared=(graphs, grid), retries=retries) as job:
+        for outcome in job:
             task = todo[outcome.index]
             rows = outcome.value if outcome.ok else _failure_rows(task, grid, str(outcome.error))
             results[task.key] = rows
@@ -132,7 +127,7 @@ def run_grid(
             if progress:
                 progress(done, len(tasks))
     table = [{f: row.get(f, "") for f in GRID_FIELDS} for t in tasks for row in results[t.key]]
-    return table, outcomes
+    return table, job.outcomes
 
 
 def write_grid_plot(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fusionplan.engines.base import (
     WORKER_DIED,
     Engine,
+    Job,
     Outcome,
     TaskFn,
     run_tasks,
@@ -45,6 +46,7 @@ __all__ = [
     "ENGINES",
     "WORKER_DIED",
     "Engine",
+    "Job",
     "LocalEngine",
     "Outcome",
     "RayEngine",

@@ -139,8 +139,8 @@ def run_tasks(
     it. A try the engine reports as not ``charged`` (lost with another task's worker) is
     repeated without counting. Outcomes arrive in completion order; callers key results by
     ``index``. The engine is closed when the iteration ends, and aborted (running tasks
-    dropped) when it stops early; callers iterate under ``contextlib.closing`` so that an
-    error in their loop body stops the engine at once, not when the generator is collected.
+    dropped) when it stops early; callers use :class:`Job`, whose ``with`` block makes an
+    error in their loop body stop the engine at once, not when the generator is collected.
     """
     if retries < 0:
         raise ConfigError(f"retries must be >= 0, got {retries}")
@@ -184,6 +184,44 @@ def run_tasks(
             engine.close()
         else:
             engine.abort()
+
+
+class Job:
+    """:func:`run_tasks` as a context manager that keeps what the run measured: every
+    outcome, and ``driver_s``, the time the caller spent handling outcomes (saving results:
+    the serial work that ``fusionplan bench scaling`` needs). Leaving the ``with`` block
+    stops the engine at once, also when the caller's loop body raises.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        fn: TaskFn,
+        items: Sequence[Any],
+        *,
+        shared: Any = None,
+        retries: int = 2,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self._run = run_tasks(engine, fn, items, shared=shared, retries=retries, progress=progress)
+        self.outcomes: list[Outcome] = []
+        self.driver_s = 0.0
+
+    def __iter__(self) -> Iterator[Outcome]:
+        for outcome in self._run:
+            self.outcomes.append(outcome)
+            began = time.perf_counter()
+            yield outcome  # the caller handles it before asking for the next
+            self.driver_s += time.perf_counter() - began
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._run.close()
+
+    def tasks_per_node(self) -> str:
+        return tasks_per_node(self.outcomes)
 
 
 def tasks_per_node(outcomes: Sequence[Outcome]) -> str:

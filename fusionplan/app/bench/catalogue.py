@@ -20,7 +20,6 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.render import catalogue_table, point_label
 from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, plan_graph
-from fusionplan.engines import Engine, LocalEngine, run_tasks
+from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import load_model
@@ -183,10 +182,8 @@ def run_catalogue(
     if progress:
         progress(reused, len(names))
     finished = reused
-    with closing(
-        run_tasks(engine, _measure_task, todo, shared=config, retries=retries)
-    ) as outcomes_now:
-        for outcome in outcomes_now:
+    with Job(engine, _measure_task, todo, shared=config, retries=retries) as job:
+        for outcome in job:
             name = todo[outcome.index]
             if outcome.ok:
                 store.add(outcome.value)

@@ -11,7 +11,6 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable
-from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from fusionplan.app.api import load
 from fusionplan.app.bench.experiments import Run
 from fusionplan.app.pipeline import PlanRequest, plan_graph
-from fusionplan.engines import Engine, LocalEngine, run_tasks
+from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
@@ -149,29 +148,24 @@ def run_all(
         progress(done, total)
     shared = (graphs, exact_time_limit_s)
     engine = engine or LocalEngine(1)
-    driver_s = setup_s = time.perf_counter() - started  # serial work, for scaling estimates
-    with closing(
-        run_tasks(engine, _execute_task, todo, shared=shared, retries=retries)
-    ) as outcomes_now:
-        for outcome in outcomes_now:
-            began = time.perf_counter()
+    setup_s = time.perf_counter() - started  # serial work, for scaling estimates
+    with Job(engine, _execute_task, todo, shared=shared, retries=retries) as job:
+        for outcome in job:
             run = todo[outcome.index]
             # a task that failed (not a search that reported bad input) runs again on a rerun
             failure = {"key": run.key, **asdict(run), "error": outcome.error, "task_failed": True}
-            store.add(
-                {**(outcome.value if outcome.ok else failure), "task_s": round(outcome.seconds, 3)}
-            )
+            row = outcome.value if outcome.ok else failure
+            store.add({**row, "task_s": round(outcome.seconds, 3)})
             done += 1
             if progress:
                 progress(done, total)
-            driver_s += time.perf_counter() - began
     if todo:
         timing = {
             "engine": engine.describe(),
             "runs": len(todo),
             "wall_s": round(time.perf_counter() - started, 3),
             "setup_s": round(setup_s, 3),
-            "driver_s": round(driver_s, 3),
+            "driver_s": round(setup_s + job.driver_s, 3),
         }
         write_text_atomic(store.directory / TIMING_FILE, json.dumps(timing, indent=1) + "\n")
     return {r.key: store.rows[r.key] for r in runs}

@@ -4,7 +4,7 @@ choices, checked output paths and the planning options of ``plan`` and ``sweep``
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -229,18 +229,32 @@ _PLAN_OPTIONS = [
 ]
 
 
-def plan_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the shared planning options; the command receives them as ``opts``."""
-    fields = PlanOptions.__dataclass_fields__
+def option_group(
+    options: Sequence[Callable[..., Any]],
+    fields: Sequence[str],
+    build: Callable[..., Any],
+    keyword: str,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator adding ``options``; the command receives ``build(**those fields)`` as
+    ``keyword`` instead of the separate values."""
 
-    @functools.wraps(fn)
-    def command(**kwargs: Any) -> Any:
-        opts = PlanOptions(**{name: kwargs.pop(name) for name in fields})
-        return fn(opts=opts, **kwargs)
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:  # args: click's pass_context
+            gathered = build(**{name: kwargs.pop(name) for name in fields})
+            return fn(*args, **{keyword: gathered}, **kwargs)
 
-    for option in reversed(_PLAN_OPTIONS):
-        command = option(command)
-    return command
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+plan_options = option_group(
+    _PLAN_OPTIONS, list(PlanOptions.__dataclass_fields__), PlanOptions, "opts"
+)
+"""Add the shared planning options; the command receives them as ``opts``."""
 
 
 @dataclass(frozen=True)
@@ -295,17 +309,6 @@ def engine_options(default_processes: int | None = None) -> Callable[..., Any]:
         ),
     ]
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fields = ("engine", "address", "processes", "retries")
-
-        @functools.wraps(fn)
-        def command(*args: Any, **kwargs: Any) -> Any:  # args: click's pass_context
-            given = {name: kwargs.pop(name) for name in fields}
-            opts = EngineOptions(**given, local_processes=default_processes)
-            return fn(*args, engine_opts=opts, **kwargs)
-
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
+    fields = ("engine", "address", "processes", "retries")
+    build = functools.partial(EngineOptions, local_processes=default_processes)
+    return option_group(options, fields, build, "engine_opts")
