@@ -1,7 +1,7 @@
 """Fan-out engines: the same job on this machine or on a Ray cluster (docs/design.md, "Engines").
 
 Dataset shards, sweep points and bench runs are independent tasks; an :class:`Engine` runs
-them and :func:`run_tasks` drives any engine with the same retries and progress, so results
+them and :func:`run_tasks` drives any engine with the same retries, so results
 do not depend on where they ran.
 """
 

@@ -3,7 +3,7 @@
 A job is a pure function ``fn(item, shared) -> value`` over a list of items; ``shared`` is the
 large read-only input (op graphs, weights) that an engine ships to each worker once. Engines
 only move work and results; :func:`run_tasks` owns what must not differ between them: retries,
-ordering-independent results, progress. The driver alone writes outputs, so a killed worker
+results independent of completion order. The driver alone writes outputs, so a killed worker
 can never leave a torn file behind.
 """
 
@@ -74,11 +74,11 @@ def call_task(fn: TaskFn, item: Any, shared: Any, node: str) -> Attempt:
         seconds = time.perf_counter() - began
         return Attempt(error=str(exc), retryable=False, node=node, seconds=seconds)
     except Exception as exc:
-        return Attempt(error=describe(exc), node=node, seconds=time.perf_counter() - began)
+        return Attempt(error=one_line(exc), node=node, seconds=time.perf_counter() - began)
     return Attempt(value=value, node=node, seconds=time.perf_counter() - began)
 
 
-def describe(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """An exception as one line: type, message and the innermost frame."""
     last = traceback.extract_tb(exc.__traceback__)[-1:]
     where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
@@ -130,7 +130,6 @@ def run_tasks(
     *,
     shared: Any = None,
     retries: int = 2,
-    progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[Outcome]:
     """Run ``fn`` over ``items`` on ``engine``; yield each task's outcome as it ends.
 
@@ -148,9 +147,6 @@ def run_tasks(
     tries = [0] * total
     todo = deque(range(total))
     in_flight = 0
-    done = 0
-    if progress:
-        progress(0, total)
     if not total:
         return
     engine.start(fn, shared)
@@ -171,12 +167,9 @@ def run_tasks(
                 if attempt.error is not None and attempt.retryable and tries[i] <= retries:
                     todo.appendleft(i)  # again, before anything new
                     continue
-                done += 1
                 yield Outcome(
                     i, attempt.value, attempt.error, attempt.node, tries[i], attempt.seconds
                 )
-                if progress:
-                    progress(done, total)
         finished = True
     finally:
         # stopped early (an error, Ctrl-C, the caller's break): drop the work in flight now
@@ -201,9 +194,8 @@ class Job:
         *,
         shared: Any = None,
         retries: int = 2,
-        progress: Callable[[int, int], None] | None = None,
     ) -> None:
-        self._run = run_tasks(engine, fn, items, shared=shared, retries=retries, progress=progress)
+        self._run = run_tasks(engine, fn, items, shared=shared, retries=retries)
         self.outcomes: list[Outcome] = []
         self.driver_s = 0.0
 

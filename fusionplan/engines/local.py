@@ -16,7 +16,7 @@ from fusionplan.engines.base import (
     TaskFn,
     call_task,
     check_processes,
-    describe,
+    one_line,
     this_node,
 )
 from fusionplan.ir.errors import ConfigError
@@ -121,7 +121,7 @@ class LocalEngine(Engine):
             except BrokenProcessPool:
                 lost.append(index)
             except Exception as exc:  # e.g. an item or value that cannot be pickled
-                out.append((index, Attempt(error=describe(exc), retryable=False, node=this_node())))
+                out.append((index, Attempt(error=one_line(exc), retryable=False, node=this_node())))
         if lost:  # the rest of the pool's tasks went down with it
             for future, index in self._futures.items():
                 future.cancel()
