@@ -1,0 +1,197 @@
+"""ONNX <-> :class:`SubGraph`, and the numeric equivalence check of a rewritten model.
+
+On the way in, ``Identity`` and ``Constant`` nodes are folded away (the exporter emits one
+``Identity`` per shared weight; leaving them would hide a conv's weight from every rule),
+and shapes come from :func:`fusionplan.ir.shapes.resolve_shapes`, which also handles models
+onnx's own inference leaves unresolved. On the way out, derived weights are computed, the
+model is checked with ``onnx.checker`` and keeps its interface: graph inputs and outputs
+with their names and types.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
+
+from fusionplan.ir.errors import ModelError
+from fusionplan.ir.shapes import resolve_shapes
+from fusionplan.passes.substitution.graph import (
+    MS_DOMAIN,
+    Node,
+    SubGraph,
+    TensorInfo,
+    Weight,
+    make_attrs,
+    qualified,
+    split_qualified,
+)
+
+
+def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read and validate an ONNX file (weights included)."""
+    try:
+        model = onnx.load(os.fspath(path))
+        onnx.checker.check_model(model, full_check=False)
+    except (OSError, DecodeError, onnx.checker.ValidationError) as exc:
+        raise ModelError(f"{path}: not a valid ONNX model ({str(exc).splitlines()[0]})") from exc
+    return model
+
+
+def from_onnx(model: onnx.ModelProto) -> SubGraph:
+    """The substitution graph of ``model``; every tensor must have a static shape."""
+    graph = model.graph
+    shapes = resolve_shapes(model)
+    types = _elem_types(model)
+    weights = {t.name: Weight.of(numpy_helper.to_array(t)) for t in graph.initializer}
+    alias: dict[str, str] = {}
+    nodes: list[Node] = []
+    outputs = [o.name for o in graph.output]
+    for proto in graph.node:
+        if any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for a in proto.attribute
+        ):
+            raise ModelError(f"substitution: {proto.op_type} with a subgraph is not supported")
+        ins = tuple(_follow(alias, t) for t in proto.input)
+        if proto.op_type == "Constant" and not proto.domain:
+            value = helper.get_attribute_value(proto.attribute[0])
+            if isinstance(value, onnx.TensorProto):
+                weights[proto.output[0]] = Weight.of(numpy_helper.to_array(value))
+                continue
+        if proto.op_type == "Identity" and not proto.domain and proto.output[0] not in outputs:
+            alias[proto.output[0]] = ins[0]
+            continue
+        attrs = make_attrs(**{a.name: helper.get_attribute_value(a) for a in proto.attribute})
+        name = proto.name or f"{proto.op_type}_{len(nodes)}"
+        nodes.append(
+            Node(name, qualified(proto.op_type, proto.domain), ins, tuple(proto.output), attrs)
+        )
+    inputs = [i.name for i in graph.input if i.name not in weights]
+    tensors: dict[str, TensorInfo] = {}
+    for tensor in (*inputs, *(t for n in nodes for t in n.outputs if t)):
+        dims = shapes.get(tensor)
+        if dims is None:
+            raise ModelError(f"substitution: tensor {tensor!r} has no static shape")
+        tensors[tensor] = TensorInfo(tuple(dims), types.get(tensor, "float32"))
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        nodes = [
+            Node(f"{n.name}#{i}", n.op, n.inputs, n.outputs, n.attrs) for i, n in enumerate(nodes)
+        ]
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    return SubGraph(
+        nodes, tensors, weights, inputs, outputs, opsets=opsets, name=graph.name or "graph"
+    )
+
+
+def _follow(alias: dict[str, str], tensor: str) -> str:
+    while tensor in alias:
+        tensor = alias[tensor]
+    return tensor
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, str]:
+    """Numpy dtype name of every typed tensor (inputs, outputs, value_info)."""
+    graph = model.graph
+    out: dict[str, str] = {}
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        elem = info.type.tensor_type.elem_type
+        if elem:
+            out[info.name] = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).name
+    return out
+
+
+def to_onnx(g: SubGraph) -> onnx.ModelProto:
+    """An ONNX model computing what ``g`` computes; passes ``onnx.checker``."""
+    nodes = []
+    domains = set()
+    for node in g.nodes.values():
+        domain, op_type = split_qualified(node.op)
+        domains.add(domain)
+        nodes.append(
+            helper.make_node(
+                op_type,
+                list(node.inputs),
+                list(node.outputs),
+                name=node.name,
+                domain=domain or None,
+                **dict(node.attrs),
+            )
+        )
+    initializers = [numpy_helper.from_array(w.array, name) for name, w in g.weights.items()]
+    inputs = [_value_info(g, t) for t in g.inputs]
+    outputs = [_value_info(g, t) for t in g.outputs]
+    graph = helper.make_graph(nodes, g.name, inputs, outputs, initializers)
+    opsets = dict(g.opsets)
+    if MS_DOMAIN in domains:
+        opsets.setdefault(MS_DOMAIN, 1)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()]
+    )
+    model.ir_version = min(model.ir_version, 10)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _value_info(g: SubGraph, tensor: str) -> onnx.ValueInfoProto:
+    info = g.tensors[tensor]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(info.dtype))
+    return helper.make_tensor_value_info(tensor, elem, list(info.shape))
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """Outcome of running two models on the same random inputs."""
+
+    max_rel_error: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_rel_error <= self.tolerance
+
+
+def check_equivalence(
+    original: onnx.ModelProto, rewritten: onnx.ModelProto, *, tolerance: float = 1e-4, seed: int = 0
+) -> Equivalence:
+    """Run both in onnxruntime on one random input and compare every output.
+
+    The error of an output is ``max |a - b| / max |a|`` (relative to the output's scale, so
+    a near-zero element does not blow it up); the worst output counts.
+    """
+    import onnxruntime as ort  # heavy: loads the runtime, only when a check is asked for
+
+    rng = np.random.default_rng(seed)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    sessions = [
+        ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        for m in (original, rewritten)
+    ]
+    feeds = {}
+    for info in sessions[0].get_inputs():
+        dims = [d if isinstance(d, int) else 1 for d in info.shape]
+        feeds[info.name] = rng.standard_normal(dims).astype(np.float32)
+    ref = sessions[0].run(None, feeds)
+    names = [o.name for o in sessions[0].get_outputs()]
+    got = dict(
+        zip([o.name for o in sessions[1].get_outputs()], sessions[1].run(None, feeds), strict=True)
+    )
+    worst = 0.0
+    for name, a in zip(names, ref, strict=True):
+        b = got[name]
+        scale = float(np.max(np.abs(a))) or 1.0
+        worst = max(worst, float(np.max(np.abs(a - b))) / scale if a.size else 0.0)
+    return Equivalence(worst, tolerance)
+
+
+def save_onnx(model: onnx.ModelProto, path: Path) -> None:
+    """Write ``model`` (the caller makes it atomic); big models keep weights inline up to
+    protobuf's 2 GB limit, which every zoo model respects."""
+    onnx.save(model, os.fspath(path))

@@ -1,0 +1,77 @@
+"""What a graph costs: the sum of its op latencies (TASO, MetaFlow) or AutoGraph's mixed
+critical-path cost ``C = alpha * sum(critical path) + sum(all)`` (alpha 0.25), on any
+latency model of :mod:`accel_model.latency` (docs/design.md, "Graph substitution").
+
+The sum is the latency of a one-stream execution; the critical path is what unlimited
+streams could reach; the mixed cost favours graphs whose work is off the critical path
+without ignoring total work. Latencies are cached by op signature, so a search pays for
+each distinct op once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from accel_model.latency import LatencyModel
+from fusionplan.ir.errors import ConfigError
+from fusionplan.passes.substitution.graph import SubGraph
+
+CostKind = Literal["sum", "mixed"]
+COST_KINDS: tuple[CostKind, ...] = ("sum", "mixed")
+MIXED_ALPHA = 0.25
+
+
+@dataclass(frozen=True)
+class CostBreakdown:
+    """Seconds: total work, critical path, and the value the search minimises."""
+
+    total: float
+    critical_path: float
+    value: float
+
+
+class GraphCost:
+    """Callable cost of a :class:`SubGraph` under one latency model and cost kind."""
+
+    def __init__(
+        self, latency: LatencyModel, kind: CostKind = "sum", *, alpha: float = MIXED_ALPHA
+    ) -> None:
+        if kind not in COST_KINDS:
+            raise ConfigError(f"unknown cost '{kind}' (choose from {', '.join(COST_KINDS)})")
+        self.latency = latency
+        self.kind = kind
+        self.alpha = alpha
+        self._op: dict[str, float] = {}
+        self._graph: dict[str, CostBreakdown] = {}
+
+    def op_latencies(self, g: SubGraph) -> dict[str, float]:
+        """Node name -> seconds (measuring or estimating each new signature once)."""
+        sigs = g.signatures
+        missing = list({s.key(): s for s in sigs.values() if s.key() not in self._op}.values())
+        if missing:
+            for sig, seconds in zip(missing, self.latency.latencies(missing), strict=True):
+                self._op[sig.key()] = seconds
+        return {name: self._op[sig.key()] for name, sig in sigs.items()}
+
+    def breakdown(self, g: SubGraph) -> CostBreakdown:
+        cached = self._graph.get(g.fingerprint)
+        if cached is not None:
+            return cached
+        lat = self.op_latencies(g)
+        finish: dict[str, float] = {}
+        longest = 0.0
+        for name, node in g.nodes.items():
+            start = max((finish.get(t, 0.0) for t in node.inputs if t), default=0.0)
+            end = start + lat[name]
+            for t in node.outputs:
+                finish[t] = end
+            longest = max(longest, end)
+        total = sum(lat.values())
+        value = total if self.kind == "sum" else self.alpha * longest + total
+        result = CostBreakdown(total, longest, value)
+        self._graph[g.fingerprint] = result
+        return result
+
+    def __call__(self, g: SubGraph) -> float:
+        return self.breakdown(g).value

@@ -1,0 +1,169 @@
+"""OCGGS's searches: exact up to K substitutions (Pruning, DPP) and Sampling.
+
+*Pruning* enumerates substitution sequences of length <= K depth-first, in a canonical
+order: after applying ``s``, a next substitution ``t`` that leaves ``s``'s neighbourhood
+untouched (independent) is applied only if its key sorts after ``s``'s. Independent
+substitutions commute (both stay applicable and give the same graph), so any sequence can
+be reordered, swapping adjacent out-of-order independent pairs, into one this search
+visits: the best graph within K steps is found exactly, without visiting each of the k!
+orders of k independent rewrites.
+
+*DPP* (dynamic programming with pruning) goes breadth-first over distinct graphs, each kept
+at the smallest depth it is reached at (exact: the graphs within K steps are exactly the
+union of those layers), and reuses the parent's matches: a match using no node near the
+rewrite is still a match of the child (:func:`~.base.touched_near`), so only the
+neighbourhood is matched again.
+
+*Sampling* descends greedily: from the current graph it builds ``q`` (20) children from
+randomly sampled matches and moves to the cheapest if its cost is at most ``eta`` (1.0)
+times the current one (else it samples the next ``q`` untried matches); it stops after
+``steps`` moves, when no match qualifies, or when the budget is spent. Cheap where a
+space is wide (Inception blocks) and most substitutions are independent, so sampling a few
+finds the good ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+
+from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.passes.substitution.pattern import Match
+from fusionplan.passes.substitution.search.base import (
+    BudgetExhausted,
+    Candidate,
+    Problem,
+    SearchResult,
+    SubstitutionSearch,
+    removed_nodes,
+    touched_near,
+)
+
+DEFAULT_DEPTH = 5
+
+
+class Pruning(SubstitutionSearch):
+    name = "ocggs-prune"
+
+    def __init__(self, depth: int = DEFAULT_DEPTH) -> None:
+        self.depth = depth
+
+    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+        started = time.perf_counter()
+        root = problem.start(graph)
+        with contextlib.suppress(BudgetExhausted):
+            self._visit(problem, root, None, frozenset(), self.depth)
+        return problem.result(self.name, root, started)
+
+    def _visit(
+        self,
+        problem: Problem,
+        cand: Candidate,
+        last: tuple[str, tuple[str, ...]] | None,
+        near: frozenset[str],
+        left: int,
+    ) -> None:
+        if left == 0:
+            return
+        for match in problem.matches(cand.graph):
+            if last is not None and match.key < last and near.isdisjoint(match.names):
+                continue  # independent of the last step and out of order: visited elsewhere
+            child = problem.child(cand, match)
+            if child is None:
+                continue
+            touched = frozenset(touched_near(cand.graph, match, child.graph))
+            self._visit(problem, child, match.key, touched, left - 1)
+
+
+class DynamicProgramming(SubstitutionSearch):
+    name = "ocggs-dpp"
+
+    def __init__(self, depth: int = DEFAULT_DEPTH) -> None:
+        self.depth = depth
+
+    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+        started = time.perf_counter()
+        root = problem.start(graph)
+        layer: list[tuple[Candidate, list[Match]]] = [(root, problem.matches(graph))]
+        seen = {graph.fingerprint}
+        try:
+            for _ in range(self.depth):
+                following: list[tuple[Candidate, list[Match]]] = []
+                for cand, matches in layer:
+                    for match in matches:
+                        child = problem.child(cand, match)
+                        if child is None or child.graph.fingerprint in seen:
+                            continue
+                        seen.add(child.graph.fingerprint)
+                        following.append(
+                            (child, _child_matches(problem, cand, match, child, matches))
+                        )
+                layer = following
+        except BudgetExhausted:
+            pass
+        return problem.result(self.name, root, started)
+
+
+def _child_matches(
+    problem: Problem, parent: Candidate, match: Match, child: Candidate, matches: list[Match]
+) -> list[Match]:
+    """The child's matches: the parent's that the rewrite left alone, plus new ones near it."""
+    near = touched_near(parent.graph, match, child.graph)
+    stale = near | removed_nodes(parent.graph, child.graph)
+    kept = [m for m in matches if stale.isdisjoint(m.names)]
+    problem.expanded += 1
+    return kept + problem.matches(child.graph, near)
+
+
+class Sampling(SubstitutionSearch):
+    name = "ocggs-sample"
+
+    def __init__(self, q: int = 20, eta: float = 1.0, steps: int = 200, seed: int = 0) -> None:
+        self.q = q
+        self.eta = eta
+        self.steps = steps
+        self.seed = seed
+
+    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+        started = time.perf_counter()
+        rng = random.Random(self.seed)
+        root = problem.start(graph)
+        current = root
+        seen = {graph.fingerprint}
+        matches = problem.matches(graph)
+        try:
+            for _ in range(self.steps):
+                moved = self._step(problem, current, matches, seen, rng)
+                if moved is None:
+                    break
+                child, match = moved
+                seen.add(child.graph.fingerprint)
+                matches = _child_matches(problem, current, match, child, matches)
+                current = child
+        except BudgetExhausted:
+            pass
+        return problem.result(self.name, root, started)
+
+    def _step(
+        self,
+        problem: Problem,
+        current: Candidate,
+        matches: list[Match],
+        seen: set[str],
+        rng: random.Random,
+    ) -> tuple[Candidate, Match] | None:
+        """The cheapest qualifying child among ``q`` sampled matches; if none qualifies,
+        the next ``q`` untried ones, until all are tried."""
+        order = rng.sample(matches, len(matches))
+        for start in range(0, len(order), self.q):
+            best: tuple[Candidate, Match] | None = None
+            for match in order[start : start + self.q]:
+                child = problem.child(current, match)
+                if child is None or child.graph.fingerprint in seen:
+                    continue
+                if best is None or child.cost < best[0].cost:
+                    best = (child, match)
+            if best is not None and best[0].cost <= self.eta * current.cost:
+                return best
+        return None

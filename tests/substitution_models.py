@@ -1,0 +1,72 @@
+"""Small ONNX models for the substitution tests, and the check every rule test makes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from fusionplan.passes.substitution.convert import check_equivalence, from_onnx, to_onnx
+from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.passes.substitution.rules.registry import RULES
+
+RNG = np.random.default_rng(0)
+
+
+def weight(name: str, *shape: int, scale: float = 0.5) -> onnx.TensorProto:
+    """A random float32 initializer."""
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def int_const(name: str, values: Sequence[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(values, dtype=np.int64), name)
+
+
+def model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: dict[str, Sequence[int]],
+    outputs: Sequence[str],
+    initializers: Sequence[onnx.TensorProto] = (),
+) -> onnx.ModelProto:
+    """A checked opset-17 model; output shapes are left to inference."""
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in inputs.items()]
+    probe = helper.make_graph(list(nodes), "test", ins, [], list(initializers))
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    inferred = onnx.shape_inference.infer_shapes(helper.make_model(probe, opset_imports=opsets))
+    typed = {v.name: v for v in inferred.graph.value_info}
+    graph = helper.make_graph(
+        list(nodes), "test", ins, [typed[n] for n in outputs], list(initializers)
+    )
+    m = helper.make_model(graph, opset_imports=opsets)
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def apply_everywhere(m: onnx.ModelProto, rule_name: str) -> tuple[SubGraph, int]:
+    """Apply ``rule_name`` until it matches nowhere (at most 50 times); the final graph
+    and how many times it applied."""
+    rule = RULES.get(rule_name)()
+    g = from_onnx(m)
+    applied = 0
+    while applied < 50:
+        found = rule.matches(g)
+        if not found:
+            break
+        g = rule.apply(g, found[0])
+        applied += 1
+    return g, applied
+
+
+def assert_rule_preserves(
+    m: onnx.ModelProto, rule_name: str, *, times: int = 1, tolerance: float = 1e-4
+) -> SubGraph:
+    """The rule applies exactly ``times`` times to ``m``, and the rewritten model passes
+    ``onnx.checker`` and matches the original in onnxruntime to ``tolerance`` (relative)."""
+    g, applied = apply_everywhere(m, rule_name)
+    assert applied == times, f"{rule_name} applied {applied} times, expected {times}"
+    result = check_equivalence(m, to_onnx(g), tolerance=tolerance)
+    assert result.ok, f"{rule_name}: relative error {result.max_rel_error:.2e}"
+    return g
