@@ -18,6 +18,7 @@ _PUBLIC = {
     "sweep": "fusionplan.app.api",
     "load": "fusionplan.app.api",
     "batch": "fusionplan.passes.batching.pipeline",
+    "substitute": "fusionplan.app.api",
     "PlanRequest": "fusionplan.app.pipeline",
     "load_model": "fusionplan.ir.onnx_import",
     "OpGraph": "fusionplan.ir.graph",

@@ -70,3 +70,45 @@ def assert_rule_preserves(
     result = check_equivalence(m, to_onnx(g), tolerance=tolerance)
     assert result.ok, f"{rule_name}: relative error {result.max_rel_error:.2e}"
     return g
+
+
+def inception_block(channels: int = 4, size: int = 6) -> onnx.ModelProto:
+    """Three branches on one input (1x1; 1x1 -> 3x3; 3x3), each with a Relu, concatenated:
+    room for activation fusion, sibling merges and kernel enlargement."""
+    c = channels
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["r1"]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["a2"]),
+        helper.make_node("Relu", ["a2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["a3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a3"], ["r3"]),
+        helper.make_node("Conv", ["x", "w4", "b4"], ["a4"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a4"], ["r4"]),
+        helper.make_node("Concat", ["r1", "r3", "r4"], ["y"], axis=1),
+    ]
+    inits = [
+        weight("w1", c, c, 1, 1),
+        weight("b1", c),
+        weight("w2", c, c, 1, 1),
+        weight("b2", c),
+        weight("w3", c, c, 3, 3),
+        weight("b3", c),
+        weight("w4", c, c, 3, 3),
+        weight("b4", c),
+    ]
+    return model(nodes, {"x": (1, c, size, size)}, ["y"], inits)
+
+
+def mlp(width: int = 8, layers: int = 3) -> onnx.ModelProto:
+    """MatMul + bias Add + Relu layers: chains of dependent rewrites (Gemm, then fusion)."""
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        nodes += [
+            helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"h{i}"]),
+        ]
+        inits += [weight(f"w{i}", width, width), weight(f"b{i}", width)]
+        prev = f"h{i}"
+    return model(nodes, {"x": (2, width)}, [prev], inits)

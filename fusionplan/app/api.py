@@ -10,12 +10,26 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from data.zoo import resolve_model
+import onnx
+
+from accel_model.latency import LATENCY_MODELS
+from data.zoo import model_source, resolve_model
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.onnx_import import graph_from_proto
+from fusionplan.passes import PASSES
+from fusionplan.passes.substitution.pipeline import (
+    SubstitutionRequest,
+    SubstitutionResult,
+)
+from fusionplan.passes.substitution.pipeline import substitute as run_substitution
+from fusionplan.passes.substitution.search import SEARCHES
+from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
+from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 from fusionplan.planning.plan import Plan
 
 ModelSpec = str | os.PathLike | OpGraph
@@ -60,6 +74,53 @@ def plan(
         search_options=dict(search_options or {}),
     ).check()  # reject bad settings before a possibly slow model export
     return plan_graph(load(model), request, progress)
+
+
+def substitute(
+    model: str | os.PathLike | onnx.ModelProto,
+    *,
+    search: str = "metaflow",
+    cost: str = "sum",
+    device: str = "h100",
+    budget: int = DEFAULT_BUDGET,
+    depth: int = DEFAULT_DEPTH,
+    rules: Sequence[str] | None = None,
+    measure: bool = False,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> SubstitutionResult:
+    """Rewrite ``model`` (ONNX path, zoo name or ModelProto) into a cheaper equivalent graph
+    under an op-latency model; ``result.model`` is the ONNX, ``result.report`` what changed."""
+    SEARCHES.check(search)
+    LATENCY_MODELS.check(device)
+    request = SubstitutionRequest(
+        search=search,
+        cost=cost,
+        device=device,
+        budget=budget,
+        depth=depth,
+        rules=list(rules) if rules is not None else None,
+        measure=measure,
+        seed=seed,
+    )
+    return run_substitution(model, request, progress=progress)
+
+
+def apply_prepasses(
+    model: str | os.PathLike, passes: Sequence[str], **import_options: Any
+) -> tuple[OpGraph, list[dict[str, Any]]]:
+    """Run the named pre-passes (:data:`fusionplan.passes.PASSES`) on ``model``'s ONNX in
+    order and import the result; the graph and each pass's report."""
+    for name in passes:
+        PASSES.check(name)
+    source = model_source(model)
+    proto = onnx.load(os.fspath(source))
+    reports = []
+    for name in passes:
+        proto, report = PASSES.get(name)().run(proto)
+        reports.append({"pass": name, **report})
+    name = Path(os.fspath(model)).stem
+    return graph_from_proto(proto, name=name, **import_options), reports
 
 
 @dataclass(frozen=True)

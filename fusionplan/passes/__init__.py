@@ -3,7 +3,7 @@
 A pass rewrites or annotates an ONNX model upstream of the planner: graph substitution,
 stream scheduling, dynamic batching (one subpackage each, ``substitution/``, ``streams/``,
 ``batching/``). Each registers a factory in :data:`PASSES`; the planner and the CLI find
-passes by name there. No builtin pass is registered yet.
+passes by name there. Builtin passes register lazily: their modules load onnxruntime.
 """
 
 from __future__ import annotations
@@ -24,3 +24,8 @@ class Pass(Protocol):
 
 PASSES: Registry[Callable[..., Pass]] = Registry("pass")
 """Pass name -> ``factory(**options)``."""
+PASSES.register_lazy(
+    "substitute",
+    "fusionplan.passes.substitution.pipeline:SubstitutionPass",
+    help="rewrite the graph by cost-based substitution search (MetaFlow by default)",
+)

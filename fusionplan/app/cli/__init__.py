@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dataset": ("fusionplan.app.cli.dataset:dataset_group", "Fusion-group datasets for GNNs."),
     "train": ("fusionplan.app.cli.train:train_group", "Train the GIN and the explainers."),
     "bench": ("fusionplan.app.cli.bench:bench_group", "Reproduce the paper; measure speed."),
+    "substitute": (
+        "fusionplan.app.cli.substitute:substitute_cmd",
+        "Rewrite MODEL's graph by cost-based substitution search.",
+    ),
     "batch": (
         "fusionplan.app.cli.batch:batch_cmd",
         "Batch a dynamic network's ops (ED-Batch) and run it.",

@@ -11,6 +11,7 @@ with their names and types.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,11 +108,17 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, str]:
     return out
 
 
-def to_onnx(g: SubGraph) -> onnx.ModelProto:
-    """An ONNX model computing what ``g`` computes; passes ``onnx.checker``."""
+def to_onnx(g: SubGraph, *, standard_ops: bool = False) -> onnx.ModelProto:
+    """An ONNX model computing what ``g`` computes; passes ``onnx.checker``.
+
+    With ``standard_ops``, onnxruntime's fused contrib ops are written as the standard ops
+    they fuse (``FusedConv`` -> ``Conv`` [+ ``Add``] + activation): for consumers that read
+    only the ONNX standard, such as the fusion planner's importer, which fuses activations
+    into their producer itself.
+    """
     nodes = []
     domains = set()
-    for node in g.nodes.values():
+    for node in _standard(g.nodes.values()) if standard_ops else g.nodes.values():
         domain, op_type = split_qualified(node.op)
         domains.add(domain)
         nodes.append(
@@ -127,7 +134,9 @@ def to_onnx(g: SubGraph) -> onnx.ModelProto:
     initializers = [numpy_helper.from_array(w.array, name) for name, w in g.weights.items()]
     inputs = [_value_info(g, t) for t in g.inputs]
     outputs = [_value_info(g, t) for t in g.outputs]
-    graph = helper.make_graph(nodes, g.name, inputs, outputs, initializers)
+    io = {*g.inputs, *g.outputs}
+    known = [_value_info(g, t) for t in g.tensors if t not in io]  # contrib ops lack inference
+    graph = helper.make_graph(nodes, g.name, inputs, outputs, initializers, value_info=known)
     opsets = dict(g.opsets)
     if MS_DOMAIN in domains:
         opsets.setdefault(MS_DOMAIN, 1)
@@ -137,6 +146,26 @@ def to_onnx(g: SubGraph) -> onnx.ModelProto:
     model.ir_version = min(model.ir_version, 10)
     onnx.checker.check_model(model)
     return model
+
+
+def _standard(nodes: Iterable[Node]) -> Iterator[Node]:
+    for node in nodes:
+        if node.op not in (f"{MS_DOMAIN}.FusedConv", f"{MS_DOMAIN}.FusedGemm"):
+            yield node
+            continue
+        base = "Conv" if node.op.endswith("FusedConv") else "Gemm"
+        act = node.attr("activation")
+        params = node.attr("activation_params") or ()
+        attrs = node.with_attrs(activation=None, activation_params=None)
+        ins, out = node.inputs, node.outputs[0]
+        summed = base == "Conv" and len(ins) > 3 and ins[3]
+        mid = f"{out}__pre"
+        yield Node(node.name, base, ins[:3], (mid,), attrs)
+        if summed:
+            yield Node(f"{node.name}__add", "Add", (mid, ins[3]), (f"{out}__sum",))
+            mid = f"{out}__sum"
+        act_attrs = make_attrs(alpha=params[0] if params else None)
+        yield Node(f"{node.name}__act", act, (mid,), (out,), act_attrs)
 
 
 def _value_info(g: SubGraph, tensor: str) -> onnx.ValueInfoProto:

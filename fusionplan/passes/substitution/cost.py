@@ -15,7 +15,7 @@ from typing import Literal
 
 from accel_model.latency import LatencyModel
 from fusionplan.ir.errors import ConfigError
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.passes.substitution.graph import Node, SubGraph
 
 CostKind = Literal["sum", "mixed"]
 COST_KINDS: tuple[CostKind, ...] = ("sum", "mixed")
@@ -42,17 +42,27 @@ class GraphCost:
         self.latency = latency
         self.kind = kind
         self.alpha = alpha
-        self._op: dict[str, float] = {}
+        self._op: dict[str, float] = {}  # signature key -> seconds
+        self._node: dict[Node, float] = {}
         self._graph: dict[str, CostBreakdown] = {}
 
     def op_latencies(self, g: SubGraph) -> dict[str, float]:
-        """Node name -> seconds (measuring or estimating each new signature once)."""
-        sigs = g.signatures
-        missing = list({s.key(): s for s in sigs.values() if s.key() not in self._op}.values())
+        """Node name -> seconds (measuring or estimating each new signature once).
+
+        Cached per node too: a node a rewrite left alone is the same value in the child
+        graph, and tensor names are stable across graphs (a rule's new names derive from
+        its match), so its signature, the costly part, is built once per search.
+        """
+        missing = [n for n in g.nodes.values() if n not in self._node]
         if missing:
-            for sig, seconds in zip(missing, self.latency.latencies(missing), strict=True):
-                self._op[sig.key()] = seconds
-        return {name: self._op[sig.key()] for name, sig in sigs.items()}
+            sigs = {n: g.signature(n) for n in missing}
+            unknown = list({s.key(): s for s in sigs.values() if s.key() not in self._op}.values())
+            if unknown:
+                for sig, seconds in zip(unknown, self.latency.latencies(unknown), strict=True):
+                    self._op[sig.key()] = seconds
+            for node, sig in sigs.items():
+                self._node[node] = self._op[sig.key()]
+        return {name: self._node[node] for name, node in g.nodes.items()}
 
     def breakdown(self, g: SubGraph) -> CostBreakdown:
         cached = self._graph.get(g.fingerprint)

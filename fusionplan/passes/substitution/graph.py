@@ -6,8 +6,8 @@ shared between graphs, and a weight a rule derives (a folded BN, a merged kernel
 :class:`Weight` whose array is computed only when a graph is written out. Node and weight
 names a rule creates are derived from the rule and the names it matched
 (:func:`fresh_name`), so two search paths that reach the same graph name it the same way;
-:meth:`SubGraph.fingerprint` hashes structure (ops, attributes, weight names, graph inputs)
-and ignores activation names, which dedupes such graphs in the searches.
+:meth:`SubGraph.fingerprint`, a hash of the set of nodes, dedupes such graphs in the
+searches.
 
 Ops are named by their qualified type: ``"Conv"`` for the default ONNX domain,
 ``"com.microsoft.FusedConv"`` for onnxruntime's contrib ops (docs/design.md, "Graph
@@ -108,6 +108,16 @@ class Node:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attrs: tuple[tuple[str, AttrValue], ...] = ()
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # hashed once: the searches hash every node of every candidate (caches, dedupe)
+        object.__setattr__(
+            self, "_hash", hash((self.name, self.op, self.inputs, self.outputs, self.attrs))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def attr(self, name: str, default: Any = None) -> Any:
         for key, value in self.attrs:
@@ -249,21 +259,13 @@ class SubGraph:
         return TensorSig(info.shape, info.dtype)
 
     @cached_property
-    def signatures(self) -> dict[str, OpSignature]:
-        return {name: self.signature(node) for name, node in self.nodes.items()}
+    def fingerprint(self) -> int:
+        """Identity of the graph for dedupe within a process: a hash of its set of nodes.
 
-    @cached_property
-    def fingerprint(self) -> str:
-        """A structural hash: equal for graphs that compute the same ops on the same weights
-        in the same wiring, whatever their activation and node names."""
-        value: dict[str, str] = {t: "in:" + t for t in self.inputs}
-        value.update((w, "w:" + w) for w in self.weights)
-        for node in self.nodes.values():
-            ins = ",".join(value.get(t, "") for t in node.inputs)
-            head = _digest(f"{node.op}|{node.attrs!r}|{ins}")
-            for i, t in enumerate(node.outputs):
-                value[t] = f"{head}.{i}"
-        return _digest("|".join(value[t] for t in self.outputs))
+        Names are part of a node, and a rule names what it creates from what it matched, so
+        the same rewrites applied in any order give equal nodes and an equal fingerprint.
+        """
+        return hash((sum(hash(n) for n in self.nodes.values()) & _MASK, self.outputs))
 
     # ---------------------------------------------------------------- rewriting
     def replace(self, removed: Iterable[str], replacement: Replacement) -> SubGraph:
@@ -280,9 +282,12 @@ class SubGraph:
             if old in self.outputs:
                 extra.append(Node(fresh_name("alias", old, new), "Identity", (new,), (old,)))
         alias = {k: v for k, v in alias.items() if k not in self.outputs}
-        nodes: list[Node] = []
+        reached = False
+        before: list[Node] = []
+        after: list[Node] = []
         for node in self.nodes.values():
             if node.name in gone:
+                reached = True  # kept nodes from the first removed one on go after the new ones
                 continue
             if alias and any(t in alias for t in node.inputs):
                 node = Node(
@@ -292,9 +297,10 @@ class SubGraph:
                     node.outputs,
                     node.attrs,
                 )
-            nodes.append(node)
-        nodes.extend(replacement.nodes)
-        nodes.extend(extra)
+            (after if reached else before).append(node)
+        # the replacement goes where the first removed node was: in order unless it reads a
+        # tensor made later, which the sort below settles
+        nodes = [*before, *replacement.nodes, *extra, *after]
         weights = {**self.weights, **replacement.weights}
         tensors = {**self.tensors, **replacement.tensors}
         nodes = _live(_topological(nodes), self.outputs)
@@ -330,14 +336,13 @@ class SubGraph:
         )
 
 
+_MASK = (1 << 64) - 1
+
+
 def _resolve(alias: Mapping[str, str], tensor: str) -> str:
     while tensor in alias:
         tensor = alias[tensor]
     return tensor
-
-
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=10).hexdigest()
 
 
 def _live(nodes: list[Node], outputs: Sequence[str]) -> list[Node]:

@@ -249,6 +249,8 @@ def _candidates(g: SubGraph, p: PatternNode, binding: dict[str, Any]) -> Iterabl
     bound output, else the readers of a bound input."""
     for arg in p.outputs:
         value = binding.get(arg.name)
+        if arg.rest and value:
+            value = value[0]
         if isinstance(value, str) and value:
             node = g.producer.get(value)
             return (node,) if node is not None else ()

@@ -14,12 +14,15 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import onnx
 
 from accel_model.latency import LatencyModel, make_latency_model
+from data.zoo import model_source
 from fusionplan.ir.errors import ModelError
+from fusionplan.ir.io import write_atomic
 from fusionplan.passes.substitution.convert import (
     Equivalence,
     check_equivalence,
@@ -51,6 +54,7 @@ class SubstitutionRequest:
     measure: bool = False  # AutoGraph: time the top-k on this machine (onnxruntime CPU)
     seed: int = 0
     tolerance: float = 1e-4
+    standard_ops: bool = False  # write fused contrib ops as standard ONNX (for the planner)
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,21 @@ class SubstitutionReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class SubstitutionResult:
+    """The rewritten model and what the search did."""
+
+    model: onnx.ModelProto
+    report: SubstitutionReport
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the rewritten model atomically."""
+        return write_atomic(path, lambda tmp: onnx.save(self.model, os.fspath(tmp)))
+
+    def summary(self) -> str:
+        return self.report.summary()
+
+
 def substitute(
     model: onnx.ModelProto | str | os.PathLike,
     request: SubstitutionRequest = SubstitutionRequest(),
@@ -114,25 +133,43 @@ def substitute(
     latency: LatencyModel | None = None,
     progress: Callable[[int], None] | None = None,
     name: str | None = None,
-) -> tuple[onnx.ModelProto, SubstitutionReport]:
-    """Search ``model`` for a cheaper equivalent graph; the rewritten model and a report."""
+) -> SubstitutionResult:
+    """Search ``model`` (a ModelProto, an ONNX path or a zoo name) for a cheaper equivalent
+    graph; the rewritten model (equivalence checked) and a report."""
     if not isinstance(model, onnx.ModelProto):
-        name = name or os.path.basename(os.fspath(model)).removesuffix(".onnx")
-        model = load_onnx(model)
+        path = model_source(model)
+        name = name or Path(os.fspath(model)).stem
+        model = load_onnx(path)
     search = _make_search(request)
     latency = latency or make_latency_model(request.device)
     cost = GraphCost(latency, request.cost)
     graph = from_onnx(model)
     problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
     result = search.run(problem, graph)
-    rewritten = to_onnx(result.best.graph)
+    rewritten = to_onnx(result.best.graph, standard_ops=request.standard_ops)
     equal = check_equivalence(model, rewritten, tolerance=request.tolerance, seed=request.seed)
     if not equal.ok:
         raise ModelError(
             f"rewritten model differs from the original (relative error "
             f"{equal.max_rel_error:.1e} > {request.tolerance:g}): not written"
         )
-    return rewritten, _report(name or graph.name, request, latency, result, equal)
+    return SubstitutionResult(
+        rewritten, _report(name or graph.name, request, latency, result, equal)
+    )
+
+
+class SubstitutionPass:
+    """The ``substitute`` pre-pass of :data:`fusionplan.passes.PASSES`: ONNX in, ONNX out
+    (standard ops only, so the fusion planner reads it), plus the report as JSON."""
+
+    name = "substitute"
+
+    def __init__(self, **options: Any) -> None:
+        self.request = SubstitutionRequest(**{"standard_ops": True, **options})
+
+    def run(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Any]]:
+        result = substitute(model, self.request)
+        return result.model, result.report.to_json()
 
 
 def _make_search(request: SubstitutionRequest):

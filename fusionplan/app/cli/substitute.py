@@ -1,0 +1,106 @@
+"""``fusionplan substitute``: rewrite a model's graph by cost-based substitution search."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from accel_model.latency import LATENCY_MODELS
+from fusionplan.app.api import substitute
+from fusionplan.app.cli.common import OutputPath, RegistryChoice, progress_bar
+from fusionplan.passes.substitution.cost import COST_KINDS
+from fusionplan.passes.substitution.rules import RULES
+from fusionplan.passes.substitution.search import SEARCHES
+from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
+from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
+
+
+@click.command("substitute")
+@click.argument("model")
+@click.option(
+    "--search",
+    type=RegistryChoice(SEARCHES),
+    default="metaflow",
+    show_default=True,
+    help=f"Search: {SEARCHES.describe()}.",
+)
+@click.option(
+    "--cost",
+    type=click.Choice(COST_KINDS),
+    default="sum",
+    show_default=True,
+    help="sum of op latencies (TASO, MetaFlow) or AutoGraph's 0.25 x critical path + sum.",
+)
+@click.option(
+    "--device",
+    type=RegistryChoice(LATENCY_MODELS),
+    default="h100",
+    show_default=True,
+    help=f"Op latencies: {LATENCY_MODELS.describe()}.",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(min=1),
+    default=DEFAULT_BUDGET,
+    show_default=True,
+    help="Candidate graphs the search may build.",
+)
+@click.option(
+    "--depth",
+    "-K",
+    type=click.IntRange(min=1),
+    default=DEFAULT_DEPTH,
+    show_default=True,
+    help="K: longest substitution sequence for ocggs-prune and ocggs-dpp.",
+)
+@click.option(
+    "--rules",
+    help="Comma list of rules to use (default: all). See --list-rules.",
+)
+@click.option(
+    "--measure",
+    is_flag=True,
+    help="autograph: time its top candidates in onnxruntime here and keep the fastest.",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", type=OutputPath(), help="Write the rewritten ONNX model here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def substitute_cmd(
+    model, search, cost, device, budget, depth, rules, measure, seed, output, as_json, quiet
+) -> None:
+    """Rewrite MODEL (ONNX file or zoo name) into an equivalent graph that is faster under
+    the op-latency model: fused activations, merged sibling convs and matmuls, folded
+    constants. The result is checked against the original in onnxruntime."""
+    names = [r.strip() for r in rules.split(",") if r.strip()] if rules else None
+    for name in names or ():
+        RULES.check(name)
+    with progress_bar(f"{search} on {model}", budget, not quiet) as bar:
+        done = 0
+
+        def progress(n: int) -> None:
+            nonlocal done
+            done += n
+            bar(done)
+
+        result = substitute(
+            model,
+            search=search,
+            cost=cost,
+            device=device,
+            budget=budget,
+            depth=depth,
+            rules=names,
+            measure=measure,
+            seed=seed,
+            progress=progress,
+        )
+    if output:
+        result.save(output)
+    if as_json:
+        click.echo(json.dumps(result.report.to_json(), indent=2))
+        return
+    click.echo(result.summary())
+    if output:
+        click.echo(f"wrote {output}")
