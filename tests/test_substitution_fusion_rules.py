@@ -79,3 +79,20 @@ def test_gemm_activation_and_matmul_bias() -> None:
     )
     assert_rule_preserves(m, "matmul-add-to-gemm")
     assert_rule_preserves(m, "fuse-gemm-activation")
+
+
+def test_leaky_relu_default_slope_fuses_into_conv_and_gemm() -> None:
+    m = model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("LeakyRelu", ["c"], ["r"]),
+            helper.make_node("Flatten", ["r"], ["f"]),
+            helper.make_node("Gemm", ["f", "w2"], ["g"]),
+            helper.make_node("LeakyRelu", ["g"], ["y"], alpha=0.3),
+        ],
+        {"x": (1, 3, 2, 2)},
+        ["y"],
+        [weight("w", 2, 3, 1, 1), weight("w2", 8, 4)],
+    )
+    assert_rule_preserves(m, "fuse-conv-activation")
+    assert_rule_preserves(m, "fuse-gemm-activation")

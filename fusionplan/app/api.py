@@ -59,9 +59,11 @@ def plan(
     bytes_per_element: int = 1,
     single_layer: str = "tiled",
     search_options: Mapping[str, Any] | None = None,
+    prepass: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
 ) -> Plan:
-    """Plan fusion for ``model`` (ONNX path, zoo name or OpGraph) on one accelerator."""
+    """Plan fusion for ``model`` (ONNX path, zoo name or OpGraph) on one accelerator,
+    after the named pre-passes (``prepass=["substitute"]``) rewrote its ONNX graph."""
     request = PlanRequest(
         buffer=buffer,
         scheme=scheme,
@@ -73,7 +75,13 @@ def plan(
         single_layer=single_layer,
         search_options=dict(search_options or {}),
     ).check()  # reject bad settings before a possibly slow model export
-    return plan_graph(load(model), request, progress)
+    if prepass:
+        if isinstance(model, OpGraph):
+            raise ConfigError("pre-passes rewrite ONNX: pass a model path or zoo name")
+        graph = apply_prepasses(model, prepass)[0]
+    else:
+        graph = load(model)
+    return plan_graph(graph, request, progress)
 
 
 def substitute(

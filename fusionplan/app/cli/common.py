@@ -22,13 +22,14 @@ from rich.table import Table
 
 from accel_model import COST_MODELS
 from accel_model.accelerator import SINGLE_LAYER_CONVENTIONS
-from fusionplan.app.api import load
+from fusionplan.app.api import apply_prepasses, load
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.engines import ENGINES, Engine, make_engine
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import check_output_path
 from fusionplan.ir.registry import Registry
+from fusionplan.passes import PASSES
 from fusionplan.planning.split import SPLITTERS
 from search import SEARCHES
 
@@ -140,6 +141,7 @@ class PlanOptions:
     strict_ops: bool
     quiet: bool
     time_limit: float
+    prepass: tuple[str, ...]
 
     def search_options(self) -> dict[str, Any]:
         """Options of the chosen search that the command line exposes."""
@@ -164,7 +166,13 @@ class PlanOptions:
         ).check()
 
     def load(self, model: str) -> OpGraph:
-        return load(model, input_shapes=parse_shapes(self.input_shape), strict_ops=self.strict_ops)
+        options = {"input_shapes": parse_shapes(self.input_shape), "strict_ops": self.strict_ops}
+        if not self.prepass:
+            return load(model, **options)
+        graph, reports = apply_prepasses(model, self.prepass, **options)
+        for report in reports:
+            console(stderr=True).print(f"prepass {report['pass']}: {report['summary']}")
+        return graph
 
 
 def _registry_help(what: str, registry: Registry[Any]) -> str:
@@ -225,6 +233,14 @@ _PLAN_OPTIONS = [
         default=60.0,
         show_default=True,
         help="Seconds the exact search may run before returning its best plan and a lower bound.",
+    ),
+    click.option(
+        "--prepass",
+        type=RegistryChoice(PASSES),
+        multiple=True,
+        help=_registry_help(
+            "Rewrite the ONNX graph before planning (repeatable, in order)", PASSES
+        ),
     ),
 ]
 

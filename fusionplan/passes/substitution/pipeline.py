@@ -169,7 +169,12 @@ class SubstitutionPass:
 
     def run(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Any]]:
         result = substitute(model, self.request)
-        return result.model, result.report.to_json()
+        r = result.report
+        line = (
+            f"{sum(r.ops_before.values())} -> {sum(r.ops_after.values())} ops, "
+            f"{r.speedup:.2f}x by {r.cost_kind} cost ({r.search}, {len(r.steps)} substitutions)"
+        )
+        return result.model, {**r.to_json(), "summary": line}
 
 
 def _make_search(request: SubstitutionRequest):

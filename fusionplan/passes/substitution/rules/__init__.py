@@ -6,7 +6,8 @@ from fusionplan.passes.substitution.rules.registry import RULES, make_rules, reg
 # isort: off
 # registration order is the order rules are tried and listed
 from fusionplan.passes.substitution.rules import fusion
+from fusionplan.passes.substitution.rules import merge
 from fusionplan.passes.substitution.rules import algebraic
 # isort: on
 
-__all__ = ["RULES", "algebraic", "fusion", "make_rules", "register"]
+__all__ = ["RULES", "algebraic", "fusion", "make_rules", "merge", "register"]

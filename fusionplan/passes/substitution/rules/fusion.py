@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusionplan.passes.substitution.graph import MS_DOMAIN, SubGraph
+from fusionplan.passes.substitution.graph import MS_DOMAIN, Node, SubGraph
 from fusionplan.passes.substitution.pattern import Builder, Match, Rule
 from fusionplan.passes.substitution.rules.registry import register
 
@@ -58,13 +58,14 @@ class FuseConvBatchNorm(Rule):
         return m.nodes[1].attr("training_mode", 0) == 0 and len(m.nodes[1].outputs) == 1
 
 
-def _activation_attrs(act) -> dict:
-    """FusedConv/FusedGemm attributes for the activation node ``act``."""
-    alpha = act.attr("alpha")
-    return {
-        "activation": act.op,
-        "activation_params": (float(alpha),) if alpha is not None else None,
-    }
+def _activation_attrs(act: Node, *, gemm: bool = False) -> dict:
+    """FusedConv/FusedGemm attributes for the activation node ``act``: FusedConv takes
+    the slope as ``activation_params``, FusedGemm as ``activation_alpha``; LeakyRelu's
+    ONNX default slope (0.01) is spelled out, as the contrib ops require it."""
+    alpha = float(act.attr("alpha", 0.01)) if act.op == "LeakyRelu" else None
+    if gemm:
+        return {"activation": act.op, "activation_alpha": alpha}
+    return {"activation": act.op, "activation_params": (alpha,) if alpha is not None else None}
 
 
 @register
@@ -93,7 +94,11 @@ class FuseGemmActivation(Rule):
     def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
         inputs = (m["a"], m["w"], *([m["bias"]] if m.get("bias") else []))
         b.op(
-            FUSED_GEMM, inputs, (m["y"],), **dict(m.nodes[0].attrs), **_activation_attrs(m.nodes[1])
+            FUSED_GEMM,
+            inputs,
+            (m["y"],),
+            **dict(m.nodes[0].attrs),
+            **_activation_attrs(m.nodes[1], gemm=True),
         )
 
 

@@ -1,0 +1,149 @@
+"""Synthetic ONNX models the torchvision zoo lacks, for the graph-substitution bench.
+
+* :func:`resnet_block_stack`: OCGGS's synthetic benchmark, ``n`` ResNet basic blocks
+  (3x3 conv, Relu, 3x3 conv, residual Add, Relu) in a chain.
+* :func:`bert_encoder`: a BERT-like Transformer encoder written with the primitive ops an
+  exporter emits (MatMul + bias Add per projection, heads by Reshape/Transpose, Softmax,
+  LayerNormalization, Erf-based GELU), so the three Q/K/V projections that read the same
+  input are visible to the substitution rules, as in TASO's BERT experiment.
+
+Weights are seeded random (no download); shapes are static, batch 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+class _Builder:
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.count = 0
+
+    def name(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}_{self.count}"
+
+    def weight(self, *shape: int, scale: float | None = None) -> str:
+        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
+        std = scale if scale is not None else 1 / math.sqrt(fan_in)
+        name = self.name("w")
+        array = (self.rng.standard_normal(shape) * std).astype(np.float32)
+        self.inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    def const(self, array: np.ndarray) -> str:
+        name = self.name("c")
+        self.inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    def op(self, op_type: str, *inputs: str, **attrs) -> str:
+        out = self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=out, **attrs))
+        return out
+
+    def model(
+        self, name: str, inputs: dict[str, tuple[int, ...]], output: str, shape
+    ) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes,
+            name,
+            [
+                helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s))
+                for n, s in inputs.items()
+            ],
+            [helper.make_tensor_value_info(output, TensorProto.FLOAT, list(shape))],
+            self.inits,
+        )
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        return m
+
+
+def resnet_block_stack(
+    blocks: int, channels: int = 64, size: int = 56, seed: int = 0
+) -> onnx.ModelProto:
+    """``blocks`` ResNet basic blocks on a (1, channels, size, size) input."""
+    b = _Builder(seed)
+    x = "x"
+    for _ in range(blocks):
+        h = b.op(
+            "Conv",
+            x,
+            b.weight(channels, channels, 3, 3),
+            b.weight(channels, scale=0.1),
+            pads=[1, 1, 1, 1],
+        )
+        h = b.op("Relu", h)
+        h = b.op(
+            "Conv",
+            h,
+            b.weight(channels, channels, 3, 3),
+            b.weight(channels, scale=0.1),
+            pads=[1, 1, 1, 1],
+        )
+        x = b.op("Relu", b.op("Add", h, x))
+    return b.model(
+        f"resnet_stack_{blocks}", {"x": (1, channels, size, size)}, x, (1, channels, size, size)
+    )
+
+
+def bert_encoder(
+    layers: int = 2,
+    hidden: int = 256,
+    heads: int = 4,
+    seq: int = 128,
+    ffn: int = 1024,
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """A BERT-like encoder on a (seq, hidden) input (batch 1, so tokens are rows)."""
+    b = _Builder(seed)
+    d = hidden // heads
+    x = "x"
+
+    def linear(t: str, n_in: int, n_out: int) -> str:
+        return b.op("Add", b.op("MatMul", t, b.weight(n_in, n_out)), b.weight(n_out, scale=0.02))
+
+    def layer_norm(t: str) -> str:
+        scale = b.const(np.ones(hidden, dtype=np.float32))
+        bias = b.const(np.zeros(hidden, dtype=np.float32))
+        return b.op("LayerNormalization", t, scale, bias, axis=-1, epsilon=1e-5)
+
+    heads_shape = b.const(np.array([seq, heads, d], dtype=np.int64))
+    flat_shape = b.const(np.array([seq, hidden], dtype=np.int64))
+    inv_sqrt = b.const(np.array(1 / math.sqrt(d), dtype=np.float32))
+    half = b.const(np.array(0.5, dtype=np.float32))
+    one = b.const(np.array(1.0, dtype=np.float32))
+    root2 = b.const(np.array(math.sqrt(2.0), dtype=np.float32))
+    for _ in range(layers):
+        q, k, v = (linear(x, hidden, hidden) for _ in range(3))
+        q = b.op("Transpose", b.op("Reshape", q, heads_shape), perm=[1, 0, 2])
+        k = b.op("Transpose", b.op("Reshape", k, heads_shape), perm=[1, 2, 0])
+        v = b.op("Transpose", b.op("Reshape", v, heads_shape), perm=[1, 0, 2])
+        scores = b.op("Softmax", b.op("Mul", b.op("MatMul", q, k), inv_sqrt), axis=-1)
+        context = b.op("Transpose", b.op("MatMul", scores, v), perm=[1, 0, 2])
+        attended = linear(b.op("Reshape", context, flat_shape), hidden, hidden)
+        x = layer_norm(b.op("Add", attended, x))
+        h = linear(x, hidden, ffn)
+        gelu = b.op(
+            "Mul", b.op("Mul", h, half), b.op("Add", b.op("Erf", b.op("Div", h, root2)), one)
+        )
+        x = layer_norm(b.op("Add", linear(gelu, ffn, hidden), x))
+    return b.model(f"bert_{layers}x{hidden}", {"x": (seq, hidden)}, x, (seq, hidden))
+
+
+SYNTHETIC: dict[str, Callable[[], onnx.ModelProto]] = {
+    "bert_encoder": bert_encoder,
+    **{f"resnet_stack{n}": (lambda n=n: resnet_block_stack(n)) for n in (2, 4, 6, 8)},
+}
+"""Name -> builder of the synthetic models the bench uses."""

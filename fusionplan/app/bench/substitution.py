@@ -1,0 +1,202 @@
+"""The graph-substitution bench: every search on CNNs, a BERT-like encoder and OCGGS's
+ResNet-block stacks (docs/design.md, "Graph substitution").
+
+Each (model, search, K) cell runs ``fusionplan substitute`` in a child process, so its peak
+resident memory is its own (``os.wait4``); the parent then times the original and the
+rewritten model in onnxruntime on this CPU (median of ``repeats`` runs, one thread and all
+threads). Cells are appended to ``runs.jsonl`` in the output directory as they finish, so a
+rerun resumes; the markdown table is rebuilt from that file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import onnx
+
+from data.synthetic import SYNTHETIC
+from data.zoo import model_source
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.io import write_atomic, write_text_atomic
+from fusionplan.passes.substitution.measure import ort_latency
+from fusionplan.passes.substitution.pipeline import DEPTH_SEARCHES
+
+MODELS = (
+    "squeezenet",
+    "resnet50",
+    "googlenet",
+    "resnext50_32x4d",
+    "bert_encoder",
+    "resnet_stack2",
+    "resnet_stack4",
+    "resnet_stack6",
+    "resnet_stack8",
+)
+SEARCHES = ("metaflow", "taso", "ocggs-prune", "ocggs-dpp", "ocggs-sample", "autograph")
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str
+    search: str
+    depth: int | None  # K, for the exact searches
+    ops_before: int
+    ops_after: int
+    sum_before_ms: float
+    sum_after_ms: float
+    mixed_before_ms: float
+    mixed_after_ms: float
+    search_s: float
+    generated: int
+    peak_mb: float
+    max_rel_error: float
+    cpu1_before_ms: float
+    cpu1_after_ms: float
+    cpun_before_ms: float
+    cpun_after_ms: float
+    rules: dict[str, int]
+
+    @property
+    def key(self) -> tuple[str, str, int | None]:
+        return self.model, self.search, self.depth
+
+
+def model_file(name: str, directory: Path) -> Path:
+    """An ONNX file for a zoo name or a synthetic model (written once into ``directory``)."""
+    if name in SYNTHETIC:
+        path = directory / f"{name}.onnx"
+        if not path.exists():
+            model = SYNTHETIC[name]()
+            write_atomic(path, lambda tmp: onnx.save(model, os.fspath(tmp)))
+        return path
+    return model_source(name)
+
+
+def run_bench(
+    models: Sequence[str],
+    searches: Sequence[str],
+    out: Path,
+    *,
+    depths: Sequence[int] = (5,),
+    budget: int = 5000,
+    repeats: int = 20,
+    progress: Callable[[str], None] | None = None,
+) -> list[Cell]:
+    """Run every missing cell into ``out/runs.jsonl``; all cells, in file order."""
+    for name in models:
+        if name not in SYNTHETIC:
+            model_source(name)  # an unknown model fails before any work
+    out.mkdir(parents=True, exist_ok=True)
+    runs = out / "runs.jsonl"
+    done = {c.key for c in read_cells(runs)}
+    baseline: dict[str, tuple[float, float]] = {}
+    for name in models:
+        path = model_file(name, out)
+        for search in searches:
+            for depth in depths if search in DEPTH_SEARCHES else (None,):
+                if (name, search, depth) in done:
+                    continue
+                if name not in baseline:
+                    original = onnx.load(os.fspath(path))
+                    baseline[name] = _cpu_ms(original, repeats)
+                cell = _run_cell(name, path, search, depth, budget, baseline[name], repeats)
+                with runs.open("a") as f:
+                    f.write(json.dumps(asdict(cell)) + "\n")
+                if progress is not None:
+                    progress(f"{name} {search}{'' if depth is None else f' K={depth}'}")
+    return read_cells(runs)
+
+
+def _run_cell(
+    name: str,
+    path: Path,
+    search: str,
+    depth: int | None,
+    budget: int,
+    baseline: tuple[float, float],
+    repeats: int,
+) -> Cell:
+    with tempfile.TemporaryDirectory() as tmp:
+        rewritten = Path(tmp) / "out.onnx"
+        command = [
+            sys.executable, "-m", "fusionplan", "substitute", os.fspath(path),
+            "--search", search, "--budget", str(budget), "--json", "-q", "-o", os.fspath(rewritten),
+        ]  # fmt: skip
+        if depth is not None:
+            command += ["--depth", str(depth)]
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = child.communicate()
+        _, _, usage = os.wait4(child.pid, 0) if child.returncode is None else (0, 0, None)
+        if child.returncode:
+            raise ConfigError(f"substitute {name} --search {search} failed: {stderr.strip()}")
+        report = json.loads(stdout)
+        after = _cpu_ms(onnx.load(os.fspath(rewritten)), repeats)
+    peak = (usage.ru_maxrss / 1024) if usage is not None else float("nan")
+    rules: dict[str, int] = {}
+    for step in report["steps"]:
+        rules[step["rule"]] = rules.get(step["rule"], 0) + 1
+    return Cell(
+        model=name,
+        search=search,
+        depth=depth,
+        ops_before=sum(report["ops_before"].values()),
+        ops_after=sum(report["ops_after"].values()),
+        sum_before_ms=report["before"]["sum"] * 1e3,
+        sum_after_ms=report["after"]["sum"] * 1e3,
+        mixed_before_ms=report["before"]["mixed"] * 1e3,
+        mixed_after_ms=report["after"]["mixed"] * 1e3,
+        search_s=report["seconds"],
+        generated=report["generated"],
+        peak_mb=peak,
+        max_rel_error=report["max_rel_error"],
+        cpu1_before_ms=baseline[0],
+        cpu1_after_ms=after[0],
+        cpun_before_ms=baseline[1],
+        cpun_after_ms=after[1],
+        rules=rules,
+    )
+
+
+def _cpu_ms(model: onnx.ModelProto, repeats: int) -> tuple[float, float]:
+    """Median onnxruntime latency (ms) on one thread and on every core."""
+    threads = os.cpu_count() or 1
+    one = ort_latency(model, threads=1, repeats=repeats)
+    every = ort_latency(model, threads=threads, repeats=repeats)
+    return one * 1e3, every * 1e3
+
+
+def read_cells(path: Path) -> list[Cell]:
+    if not path.exists():
+        return []
+    return [Cell(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def markdown(cells: Sequence[Cell]) -> str:
+    """The results table: analytic H100 costs, search effort, measured CPU latency."""
+    head = (
+        "| model | search | K | ops | sum ms (H100) | speedup | mixed ms | search s | graphs "
+        "| peak MB | CPU 1t ms | CPU all ms | rel. err |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for c in cells:
+        rows.append(
+            f"| {c.model} | {c.search} | {c.depth or ''} | {c.ops_before}->{c.ops_after} "
+            f"| {c.sum_before_ms:.3f}->{c.sum_after_ms:.3f} "
+            f"| {c.sum_before_ms / c.sum_after_ms:.2f}x "
+            f"| {c.mixed_before_ms:.3f}->{c.mixed_after_ms:.3f} | {c.search_s:.2f} | {c.generated} "
+            f"| {c.peak_mb:.0f} | {c.cpu1_before_ms:.2f}->{c.cpu1_after_ms:.2f} "
+            f"| {c.cpun_before_ms:.2f}->{c.cpun_after_ms:.2f} | {c.max_rel_error:.0e} |"
+        )
+    return head + "\n".join(rows) + "\n"
+
+
+def write_markdown(cells: Sequence[Cell], path: Path) -> None:
+    write_text_atomic(path, markdown(cells))
