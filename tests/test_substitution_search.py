@@ -101,3 +101,56 @@ def test_steps_found_on_parts_replay_on_the_whole_graph() -> None:
     assert len(stitched.steps) == len(steps) > 0
     assert stitched.cost < root.cost
     assert check_equivalence(to_onnx(graph), to_onnx(stitched.graph)).ok
+
+
+def test_a_pattern_input_is_never_produced_inside_its_match() -> None:
+    """``Concat(Conv(c), c)`` with ``c = Conv(x)``: the exclusive-concat rule must not take
+    the first conv's input from the second conv it removes."""
+    from onnx import helper
+
+    from tests.substitution_models import model, weight
+
+    m = model(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c"]),
+            helper.make_node("Conv", ["c", "w2"], ["a"]),
+            helper.make_node("Concat", ["a", "c"], ["y"], axis=1),
+        ],
+        {"x": (1, 2, 4, 4)},
+        ["y"],
+        [weight("w1", 2, 2, 1, 1), weight("w2", 2, 2, 1, 1)],
+    )
+    graph = from_onnx(m)
+    for match in problem().matches(graph):
+        produced = {t for n in match.nodes for t in n.outputs}
+        for var, value in match.binding.items():
+            if var not in match.rule.produced_vars:
+                assert value not in produced, (match.rule.name, var)
+        assert check_equivalence(m, to_onnx(match.rule.apply(graph, match))).ok
+
+
+def test_guard_drops_the_rule_family_that_slows_the_device() -> None:
+    """With a stand-in device on which every Split costs a lot (a merge's price), the guard
+    drops the sibling merges and keeps the rest; if nothing helps, the original."""
+    from fusionplan.passes.substitution.guard import guard
+
+    graph = from_onnx(inception_block())
+    p = problem()
+    root = p.start(graph)
+    best = SEARCHES.get("taso")().explore(p, root)
+    rules_used = {s.rule for s in best.steps}
+    assert "merge-sibling-convs" in rules_used and len(rules_used) > 1
+
+    def splits_cost(graphs):
+        return [1.0 + sum(n.op == "Split" for n in g.nodes.values()) for g in graphs]
+
+    outcome = guard(p, root, best, splits_cost)
+    assert "merge-sibling-convs" in outcome.dropped
+    assert all(n.op != "Split" for n in outcome.chosen.graph.nodes.values())
+    assert outcome.chosen.steps and outcome.chosen.cost < root.cost
+    assert check_equivalence(to_onnx(graph), to_onnx(outcome.chosen.graph)).ok
+
+    def always_slower(graphs):
+        return [1.0 if g is graph else 2.0 for g in graphs]
+
+    assert guard(p, root, best, always_slower).chosen is root

@@ -94,6 +94,7 @@ def substitute(
     depth: int = DEFAULT_DEPTH,
     rules: Sequence[str] | None = None,
     measure: bool = False,
+    guard: bool = False,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
 ) -> SubstitutionResult:
@@ -109,6 +110,7 @@ def substitute(
         depth=depth,
         rules=list(rules) if rules is not None else None,
         measure=measure,
+        guard=guard,
         seed=seed,
     )
     return run_substitution(model, request, progress=progress)

@@ -19,6 +19,11 @@ from fusionplan.app.bench.batching import write_markdown as write_batching_markd
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
 from fusionplan.app.bench.scaling import job_timing
 from fusionplan.app.bench.speed import search_speed, zoo_times
+from fusionplan.app.bench.substitution import MODELS as SUBSTITUTION_MODELS
+from fusionplan.app.bench.substitution import SEARCHES as SUBSTITUTION_SEARCHES
+from fusionplan.app.bench.substitution import markdown as substitution_markdown
+from fusionplan.app.bench.substitution import run_bench as run_substitution_bench
+from fusionplan.app.bench.substitution import write_markdown as write_substitution_markdown
 from fusionplan.app.bench.sweeps import sweep_model
 from fusionplan.app.cli.common import (
     EngineOptions,
@@ -33,6 +38,7 @@ from fusionplan.engines.scaling import markdown as scaling_markdown
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path
 from fusionplan.passes.batching.workloads import WORKLOADS, get_workload
+from fusionplan.passes.substitution.search import SEARCHES as SUBSTITUTION_REGISTRY
 from fusionplan.planning.split import SPLITTERS
 
 
@@ -311,6 +317,47 @@ def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> 
         write_batching_markdown(cells, Path(out))
     if plot_path:
         plot_batching(cells, Path(plot_path))
+
+
+@bench_group.command("substitute")
+@click.option("--models", default=",".join(SUBSTITUTION_MODELS), show_default=True)
+@click.option("--searches", default=",".join(SUBSTITUTION_SEARCHES), show_default=True)
+@click.option(
+    "--depths",
+    default="5,10,15,20,25",
+    show_default=True,
+    help="K for the exact OCGGS searches (all on resnet_stack*, the first elsewhere).",
+)
+@click.option("--budget", type=click.IntRange(min=1), default=5000, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=OutputPath(directory=True),
+    default="bench-substitute",
+    show_default=True,
+    help="runs.jsonl (resumable), the rewritten synthetic inputs and results.md.",
+)
+def bench_substitute(models, searches, depths, budget, repeats, out_dir) -> None:
+    """Every substitution search on CNNs, a BERT-like encoder and ResNet-block stacks:
+    analytic H100 cost reached, search time, graphs, peak memory, and the measured
+    onnxruntime CPU latency of the original and the rewritten model."""
+    names = list(_names(models) or ())
+    chosen = list(_names(searches) or ())
+    for name in chosen:
+        SUBSTITUTION_REGISTRY.check(name)
+    ks = [int(k) for k in _names(depths) or ()]
+    cells = run_substitution_bench(
+        names,
+        chosen,
+        Path(out_dir),
+        depths=ks or [5],
+        budget=budget,
+        repeats=repeats,
+        progress=lambda s: click.echo(f"done {s}", err=True),
+    )
+    write_substitution_markdown(cells, Path(out_dir) / "results.md")
+    click.echo(substitution_markdown(cells))
 
 
 @bench_group.command("scaling")

@@ -63,12 +63,18 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
     is_flag=True,
     help="autograph: time its top candidates in onnxruntime here and keep the fastest.",
 )
+@click.option(
+    "--guard",
+    is_flag=True,
+    help="Time the result in onnxruntime on this CPU and drop rule families that make it "
+    "more than 2% slower than the original.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--output", type=OutputPath(), help="Write the rewritten ONNX model here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def substitute_cmd(
-    model, search, cost, device, budget, depth, rules, measure, seed, output, as_json, quiet
+    model, search, cost, device, budget, depth, rules, measure, guard, seed, output, as_json, quiet
 ) -> None:
     """Rewrite MODEL (ONNX file or zoo name) into an equivalent graph that is faster under
     the op-latency model: fused activations, merged sibling convs and matmuls, folded
@@ -93,6 +99,7 @@ def substitute_cmd(
             depth=depth,
             rules=names,
             measure=measure,
+            guard=guard,
             seed=seed,
             progress=progress,
         )

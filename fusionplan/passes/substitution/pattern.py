@@ -125,6 +125,11 @@ class Rule(ABC):
     def nodes(self) -> tuple[PatternNode, ...]:
         return parse_pattern(self.pattern)
 
+    @cached_property
+    def produced_vars(self) -> frozenset[str]:
+        """Variables some pattern node outputs (the rest are the pattern's inputs)."""
+        return frozenset(a.name for p in self.nodes for a in p.outputs)
+
     def check(self, g: SubGraph, m: Match) -> bool:
         """Whether the rewrite is valid here (default: always, once the pattern matched)."""
         return True
@@ -264,11 +269,22 @@ def _candidates(g: SubGraph, p: PatternNode, binding: dict[str, Any]) -> Iterabl
 
 
 def _internal_ok(rule: Rule, g: SubGraph, m: Match) -> bool:
-    """Tensors produced and read inside the match have no reader outside it."""
-    produced = {t for p, n in zip(rule.nodes, m.nodes, strict=True) for t in n.outputs}
+    """Tensors produced and read inside the match have no reader outside it, and a pattern
+    input (a variable no pattern node produces) is not produced by a matched node: in
+    ``a = Conv(x1) ; c = Conv(x2) ; y = Concat(a, c)`` ``x1`` must not be ``c``, else the
+    replacement would read a tensor it removes."""
+    produced = {t for n in m.nodes for t in n.outputs}
     read = {t for n in m.nodes for t in n.inputs}
     names = m.names
-    return not any(g.external_users(t, names) for t in produced & read)
+    if any(g.external_users(t, names) for t in produced & read):
+        return False
+    for var, value in m.binding.items():
+        if var in rule.produced_vars:
+            continue
+        for t in value if isinstance(value, tuple) else (value,):
+            if t in produced:
+                return False
+    return True
 
 
 # ---------------------------------------------------------------------- building

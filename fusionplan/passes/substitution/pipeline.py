@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,8 @@ from fusionplan.passes.substitution.convert import (
 )
 from fusionplan.passes.substitution.cost import CostKind, GraphCost
 from fusionplan.passes.substitution.graph import SubGraph
-from fusionplan.passes.substitution.measure import ort_latency
+from fusionplan.passes.substitution.guard import guard
+from fusionplan.passes.substitution.measure import ort_latencies, ort_latency
 from fusionplan.passes.substitution.rules import make_rules
 from fusionplan.passes.substitution.search import SEARCHES, Problem, SearchResult
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
@@ -55,6 +56,7 @@ class SubstitutionRequest:
     seed: int = 0
     tolerance: float = 1e-4
     standard_ops: bool = False  # write fused contrib ops as standard ONNX (for the planner)
+    guard: bool = False  # time the result here (onnxruntime CPU); undo rules that slow it
 
 
 @dataclass(frozen=True)
@@ -78,10 +80,15 @@ class SubstitutionReport:
     seconds: float
     expanded: int
     generated: int
+    budget_hit: bool
     ops_before: Mapping[str, int]
     ops_after: Mapping[str, int]
     max_rel_error: float
     measured: tuple[float, ...] = field(default=())
+    guard: dict[str, Any] | None = None
+    """With the measured guard: CPU ms of the original, the search's graph and the chosen
+    one, the rule families dropped, and the search's graph's costs (``after`` is the chosen
+    graph's)."""
 
     @property
     def speedup(self) -> float:
@@ -102,9 +109,16 @@ class SubstitutionReport:
             f"  ops      {sum(self.ops_before.values())} -> {sum(self.ops_after.values())}, "
             f"{len(self.steps)} substitutions",
             f"  search   {self.seconds:.2f} s, {self.generated} graphs built, "
-            f"{self.expanded} expanded",
+            f"{self.expanded} expanded{' (budget spent)' if self.budget_hit else ''}",
             f"  check    onnxruntime outputs equal (max relative error {self.max_rel_error:.1e})",
         ]
+        if self.guard is not None:
+            g = self.guard
+            dropped = ", ".join(g["dropped"]) or "none"
+            lines.append(
+                f"  guard    CPU {g['original_ms']:.2f} ms -> {g['chosen_ms']:.2f} ms (search's "
+                f"graph {g['searched_ms']:.2f} ms); dropped: {dropped}"
+            )
         applied = Counter(s["rule"] for s in self.steps)
         if applied:
             lines.append("  rules    " + ", ".join(f"{r} x{n}" for r, n in applied.most_common()))
@@ -146,6 +160,10 @@ def substitute(
     graph = from_onnx(model)
     problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
     result = search.run(problem, graph)
+    guarded, searched = None, result.best
+    if request.guard:
+        guarded = guard(problem, result.original, result.best, _cpu_timer())
+        result = replace(result, best=guarded.chosen)
     rewritten = to_onnx(result.best.graph, standard_ops=request.standard_ops)
     equal = check_equivalence(model, rewritten, tolerance=request.tolerance, seed=request.seed)
     if not equal.ok:
@@ -153,9 +171,29 @@ def substitute(
             f"rewritten model differs from the original (relative error "
             f"{equal.max_rel_error:.1e} > {request.tolerance:g}): not written"
         )
-    return SubstitutionResult(
-        rewritten, _report(name or graph.name, request, latency, result, equal)
-    )
+    report = _report(name or graph.name, request, latency, result, equal)
+    if guarded is not None:
+        ms = 1e3
+        report = replace(
+            report,
+            guard={
+                "original_ms": guarded.original_s * ms,
+                "searched_ms": guarded.searched_s * ms,
+                "chosen_ms": guarded.chosen_s * ms,
+                "dropped": list(guarded.dropped),
+                "searched_cost": asdict(_summary(GraphCost(latency), searched.graph)),
+            },
+        )
+    return SubstitutionResult(rewritten, report)
+
+
+def _cpu_timer() -> Callable[[Sequence[SubGraph]], list[float]]:
+    """One-thread onnxruntime latencies of graphs, timed interleaved."""
+
+    def measure(graphs: Sequence[SubGraph]) -> list[float]:
+        return ort_latencies([to_onnx(g) for g in graphs], threads=1, repeats=20)
+
+    return measure
 
 
 class SubstitutionPass:
@@ -212,6 +250,7 @@ def _report(
         seconds=result.seconds,
         expanded=result.expanded,
         generated=result.generated,
+        budget_hit=result.budget_hit,
         ops_before=_ops(result.original.graph),
         ops_after=_ops(result.best.graph),
         max_rel_error=equal.max_rel_error,

@@ -53,6 +53,8 @@ class SearchResult:
     seconds: float
     measured: tuple[tuple[Candidate, float], ...] = ()
     """Candidates timed on a device (AutoGraph's check) with their seconds, fastest first."""
+    budget_hit: bool = False
+    """The budget ran out: an exact search's answer is then not proven."""
 
     @property
     def speedup(self) -> float:
@@ -118,24 +120,31 @@ class Problem:
         self.expanded += part.expanded
         self.generated += part.generated
 
-    def replay(self, start: Candidate, steps: Sequence[Step]) -> Candidate:
+    def replay(
+        self, start: Candidate, steps: Sequence[Step], *, skip_missing: bool = False
+    ) -> Candidate:
         """Apply recorded steps (found on a part of the graph) to ``start``'s graph.
 
         Node names are stable and names a rule creates depend only on its match, so a step
         found on a subgraph names the same nodes in the whole graph; not counted in the
-        budget (no new graph is searched, a known one is rebuilt).
+        budget (no new graph is searched, a known one is rebuilt). With ``skip_missing``, a
+        step whose match is gone (it depended on a step left out) is skipped.
         """
         rules = {r.name: r for r in self.rules}
         graph = start.graph
+        applied = []
         for step in steps:
             rule = rules[step.rule]
             match = next(
                 (m for m in rule.matches(graph, step.nodes) if m.names == step.nodes), None
             )
-            if match is None:  # a part's match must hold in the whole graph: a framework bug
-                raise RuntimeError(f"step {step} does not replay")
+            if match is None:
+                if skip_missing:
+                    continue
+                raise RuntimeError(f"step {step} does not replay")  # a framework bug
             graph = rule.apply(graph, match)
-        result = Candidate(graph, (*start.steps, *steps), self.cost(graph))
+            applied.append(step)
+        result = Candidate(graph, (*start.steps, *applied), self.cost(graph))
         self._remember(result)
         return result
 
@@ -163,6 +172,7 @@ class Problem:
             self.expanded,
             self.generated,
             time.perf_counter() - started,
+            budget_hit=self.exhausted,
             **extra,
         )
 
