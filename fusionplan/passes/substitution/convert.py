@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -186,6 +186,48 @@ class Equivalence:
         return self.max_rel_error <= self.tolerance
 
 
+def ort_session(model: onnx.ModelProto, *, threads: int = 0) -> Any:
+    """An onnxruntime CPU session for ``model``; a model it cannot load is a one-line
+    :class:`ModelError` (a search on a model nothing can run is wasted)."""
+    import onnxruntime as ort  # heavy: loads the runtime, only when a model is run
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # fatal only: failures surface as our one-line error
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # onnxruntime raises its own unrelated exception types
+        first = " ".join(str(exc).split())[:200]
+        raise ModelError(f"onnxruntime cannot run the model: {first}") from None
+
+
+def run_model(model: onnx.ModelProto, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Outputs of one onnxruntime run on a seeded random input (normal, float32); a model
+    that fails to run is a one-line :class:`ModelError`."""
+    session = ort_session(model)
+    rng = np.random.default_rng(seed)
+    feeds = {
+        i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in session.get_inputs()
+    }
+    import onnxruntime as ort  # heavy: already loaded by ort_session
+
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # fatal only: a failing run reports through our one line
+    try:
+        values = session.run(None, feeds, quiet)
+    except Exception as exc:  # onnxruntime raises its own unrelated exception types
+        first = " ".join(str(exc).split())[:200]
+        raise ModelError(f"onnxruntime cannot run the model: {first}") from None
+    return dict(zip([o.name for o in session.get_outputs()], values, strict=True))
+
+
 def check_equivalence(
     original: onnx.ModelProto, rewritten: onnx.ModelProto, *, tolerance: float = 1e-4, seed: int = 0
 ) -> Equivalence:
@@ -194,33 +236,11 @@ def check_equivalence(
     The error of an output is ``max |a - b| / max |a|`` (relative to the output's scale, so
     a near-zero element does not blow it up); the worst output counts.
     """
-    import onnxruntime as ort  # heavy: loads the runtime, only when a check is asked for
-
-    rng = np.random.default_rng(seed)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    sessions = [
-        ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        for m in (original, rewritten)
-    ]
-    feeds = {}
-    for info in sessions[0].get_inputs():
-        dims = [d if isinstance(d, int) else 1 for d in info.shape]
-        feeds[info.name] = rng.standard_normal(dims).astype(np.float32)
-    ref = sessions[0].run(None, feeds)
-    names = [o.name for o in sessions[0].get_outputs()]
-    got = dict(
-        zip([o.name for o in sessions[1].get_outputs()], sessions[1].run(None, feeds), strict=True)
-    )
+    ref = run_model(original, seed=seed)
+    got = run_model(rewritten, seed=seed)
     worst = 0.0
-    for name, a in zip(names, ref, strict=True):
+    for name, a in ref.items():
         b = got[name]
         scale = float(np.max(np.abs(a))) or 1.0
         worst = max(worst, float(np.max(np.abs(a - b))) / scale if a.size else 0.0)
     return Equivalence(worst, tolerance)
-
-
-def save_onnx(model: onnx.ModelProto, path: Path) -> None:
-    """Write ``model`` (the caller makes it atomic); big models keep weights inline up to
-    protobuf's 2 GB limit, which every zoo model respects."""
-    onnx.save(model, os.fspath(path))

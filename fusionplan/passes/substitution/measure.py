@@ -15,21 +15,14 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
+from fusionplan.passes.substitution.convert import ort_session
+
 
 def ort_latencies(
     models: Sequence[onnx.ModelProto], *, threads: int = 1, repeats: int = 20, warmup: int = 5
 ) -> list[float]:
     """Median seconds per run of each model (same random input, interleaved rounds)."""
-    import onnxruntime as ort  # heavy: the runtime loads only when a model is timed
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    sessions = [
-        ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        for m in models
-    ]
+    sessions = [ort_session(m, threads=threads) for m in models]
     rng = np.random.default_rng(0)
     feeds = {
         i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(

@@ -28,6 +28,7 @@ from fusionplan.passes.substitution.convert import (
     check_equivalence,
     from_onnx,
     load_onnx,
+    run_model,
     to_onnx,
 )
 from fusionplan.passes.substitution.cost import CostKind, GraphCost
@@ -154,6 +155,7 @@ def substitute(
         path = model_source(model)
         name = name or Path(os.fspath(model)).stem
         model = load_onnx(path)
+    run_model(model)  # fail now, in one line, on a model onnxruntime cannot run
     search = _make_search(request)
     latency = latency or make_latency_model(request.device)
     cost = GraphCost(latency, request.cost)

@@ -22,7 +22,7 @@ from fusionplan.passes.substitution.search.base import (
     SearchResult,
     SubstitutionSearch,
 )
-from fusionplan.passes.substitution.search.metaflow import search_boundary
+from fusionplan.passes.substitution.search.metaflow import search_boundary, search_part
 from fusionplan.passes.substitution.search.split import (
     DEFAULT_THRESHOLD,
     cut_tensors,
@@ -57,10 +57,8 @@ class AutoGraph(SubstitutionSearch):
         share = (1 - self.boundary_share) * problem.budget / len(graph)
         combos = [root]
         for part in parts:
-            sub = problem.fork(int(share * len(part)))
-            Backtracking(self.beta).explore(sub, sub.start(graph.subgraph(part)))
-            problem.absorb(sub)
-            options = [c.steps for c in sub.top(self.top_k)]
+            searched = search_part(problem, graph, part, Backtracking(self.beta), share)
+            options = [c.steps for c in searched.top(self.top_k)]
             extended = {}
             for combo in combos:
                 for steps in options:

@@ -45,8 +45,8 @@ class MetaFlow(SubstitutionSearch):
         steps: list[Step] = []
         share = (1 - self.boundary_share) * problem.budget / len(graph)
         for part in parts:
-            best = search_part(problem, graph, part, Backtracking(self.alpha), share)
-            steps.extend(best.steps)
+            searched = search_part(problem, graph, part, Backtracking(self.alpha), share)
+            steps.extend(searched.top(1)[0].steps)
         stitched = problem.replay(root, steps)
         search_boundary(problem, stitched, cut_tensors(graph, parts), self.alpha)
         return problem.result(self.name, root, started)
@@ -54,13 +54,13 @@ class MetaFlow(SubstitutionSearch):
 
 def search_part(
     problem: Problem, graph: SubGraph, part: list[str], search: Backtracking, share: float
-) -> Candidate:
-    """Best candidate of one part, searched as a graph of its own with ``share`` x its
-    size of the budget (at least what the part's matches need for one round)."""
+) -> Problem:
+    """One part searched as a graph of its own with ``share`` x its size of the budget; the
+    forked problem, whose ``top`` holds the part's best candidates."""
     sub = problem.fork(int(share * len(part)))
-    best = search.explore(sub, sub.start(graph.subgraph(part)))
+    search.explore(sub, sub.start(graph.subgraph(part)))
     problem.absorb(sub)
-    return best
+    return sub
 
 
 def search_boundary(problem: Problem, start: Candidate, cut: set[str], alpha: float) -> Candidate:
