@@ -2,7 +2,7 @@
 ResNet-block stacks (docs/design.md, "Graph substitution").
 
 Each (model, search, K) cell runs ``fusionplan substitute`` in a child process, so its peak
-resident memory is its own (``os.wait4``); the parent then times the original and the
+resident memory is its own (``VmHWM``); the parent then times the original and the
 rewritten model in onnxruntime on this CPU (median of ``repeats`` runs, one thread and all
 threads). Cells are appended to ``runs.jsonl`` in the output directory as they finish, so a
 rerun resumes; the markdown table is rebuilt from that file.
@@ -72,6 +72,20 @@ class Cell:
         return self.model, self.search, self.depth
 
 
+_CHILD = (
+    "import sys\n"
+    "from fusionplan.app.cli import main\n"
+    "try:\n"
+    "    main(sys.argv[2:])\n"
+    "finally:\n"
+    "    status = open('/proc/self/status').read().splitlines()\n"
+    "    hwm = next(line for line in status if line.startswith('VmHWM'))\n"
+    "    open(sys.argv[1], 'w').write(hwm)\n"
+)
+"""Runs the CLI in the child, then records its peak resident memory (VmHWM: the process's
+own high-water mark; ``getrusage`` would report the parent's size at fork)."""
+
+
 def model_file(name: str, directory: Path) -> Path:
     """An ONNX file for a zoo name or a synthetic model (written once into ``directory``)."""
     if name in SYNTHETIC:
@@ -134,25 +148,26 @@ def _run_cell(
 ) -> Cell:
     with tempfile.TemporaryDirectory() as tmp:
         rewritten = Path(tmp) / "out.onnx"
+        peak_file = Path(tmp) / "peak"
         command = [
-            sys.executable, "-m", "fusionplan", "substitute", os.fspath(path),
-            "--search", search, "--budget", str(budget), "--json", "-q", "--guard",
-            "-o", os.fspath(rewritten),
+            sys.executable, "-c", _CHILD, os.fspath(peak_file),
+            "substitute", os.fspath(path), "--search", search, "--budget", str(budget),
+            "--json", "-q", "--guard", "-o", os.fspath(rewritten),
         ]  # fmt: skip
         if depth is not None:
             command += ["--depth", str(depth)]
         log = Path(tmp) / "report.json"
         with log.open("w") as stdout, (Path(tmp) / "stderr").open("w") as stderr:
             child = subprocess.Popen(command, stdout=stdout, stderr=stderr)
-            _, status, usage = os.wait4(child.pid, 0)  # this child's own peak memory
-        if os.waitstatus_to_exitcode(status):
+            status = child.wait()
+        if status:
             error = (Path(tmp) / "stderr").read_text().strip()
             raise ConfigError(f"substitute {name} --search {search} failed: {error}")
         stdout = log.read_text()
         report = json.loads(stdout)
         searched = report["guard"]["searched_cost"]
         before, after = _cpu_ms(original, onnx.load(os.fspath(rewritten)), repeats)
-    peak = usage.ru_maxrss / 1024  # KiB on Linux
+        peak = int(peak_file.read_text().split()[1]) / 1024  # "VmHWM: N kB"
     rules: dict[str, int] = {}
     for step in report["steps"]:
         rules[step["rule"]] = rules.get(step["rule"], 0) + 1

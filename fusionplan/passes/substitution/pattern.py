@@ -126,6 +126,11 @@ class Rule(ABC):
         return parse_pattern(self.pattern)
 
     @cached_property
+    def plans(self) -> tuple[list[int], ...]:
+        """For each pattern node as the anchor, the order the matcher extends in."""
+        return tuple(_plan(self.nodes, i) for i in range(len(self.nodes)))
+
+    @cached_property
     def produced_vars(self) -> frozenset[str]:
         """Variables some pattern node outputs (the rest are the pattern's inputs)."""
         return frozenset(a.name for p in self.nodes for a in p.outputs)
@@ -171,7 +176,7 @@ class Rule(ABC):
 # ---------------------------------------------------------------------- the matcher
 def _extend(rule: Rule, g: SubGraph, anchor: int, node: Node) -> Iterator[Match]:
     pattern = rule.nodes
-    order = _plan(pattern, anchor)
+    order = rule.plans[anchor]
     binding: dict[str, Any] = {}
     chosen: dict[int, Node] = {}
 

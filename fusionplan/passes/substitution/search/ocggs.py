@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections.abc import Callable
 
 from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.pattern import Match
@@ -85,24 +86,52 @@ class DynamicProgramming(SubstitutionSearch):
     def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
         started = time.perf_counter()
         root = problem.start(graph)
-        layer: list[tuple[Candidate, list[Match]]] = [(root, problem.matches(graph))]
+        # a graph's matches are worked out when it is expanded, from its parent's (most
+        # graphs of the last layer reached are never expanded once the budget runs out)
+        layer: list[Lazy] = [Lazy(root, lambda: problem.matches(graph))]
         seen = {graph.fingerprint}
         try:
             for _ in range(self.depth):
-                following: list[tuple[Candidate, list[Match]]] = []
-                for cand, matches in layer:
+                following: list[Lazy] = []
+                for item in layer:
+                    matches = item.matches()
                     for match in matches:
-                        child = problem.child(cand, match)
+                        child = problem.child(item.cand, match)
                         if child is None or child.graph.fingerprint in seen:
                             continue
                         seen.add(child.graph.fingerprint)
-                        following.append(
-                            (child, _child_matches(problem, cand, match, child, matches))
-                        )
+                        following.append(Lazy.of(problem, item.cand, match, child, matches))
                 layer = following
         except BudgetExhausted:
             pass
         return problem.result(self.name, root, started)
+
+
+class Lazy:
+    """A candidate whose matches are computed on first use (and kept)."""
+
+    __slots__ = ("_make", "_matches", "cand")
+
+    def __init__(self, cand: Candidate, make: Callable[[], list[Match]]) -> None:
+        self.cand = cand
+        self._make: Callable[[], list[Match]] | None = make
+        self._matches: list[Match] = []
+
+    @classmethod
+    def of(
+        cls,
+        problem: Problem,
+        parent: Candidate,
+        match: Match,
+        child: Candidate,
+        matches: list[Match],
+    ) -> Lazy:
+        return cls(child, lambda: _child_matches(problem, parent, match, child, matches))
+
+    def matches(self) -> list[Match]:
+        if self._make is not None:
+            self._matches, self._make = self._make(), None
+        return self._matches
 
 
 def _child_matches(
