@@ -154,3 +154,30 @@ def test_guard_drops_the_rule_family_that_slows_the_device() -> None:
         return [1.0 if g is graph else 2.0 for g in graphs]
 
     assert guard(p, root, best, always_slower).chosen is root
+
+
+def test_int64_tensors_and_tensor_attributes_survive_the_round_trip() -> None:
+    """A Shape (int64 output, no value_info) feeding ConstantOfShape (a tensor attribute)
+    beside a fusable conv: the rewritten model keeps both and runs in onnxruntime."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from tests.substitution_models import model, weight
+
+    fill = numpy_helper.from_array(np.array([0.5], dtype=np.float32))
+    m = model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Shape", ["r"], ["s"]),
+            helper.make_node("ConstantOfShape", ["s"], ["half"], value=fill),
+            helper.make_node("Add", ["r", "half"], ["y"]),
+        ],
+        {"x": (1, 2, 4, 4)},
+        ["y"],
+        [weight("w", 3, 2, 1, 1)],
+    )
+    result = substitute(m, SubstitutionRequest(search="taso"))
+    assert result.report.steps
+    assert {n.op_type for n in result.model.graph.node} >= {"Shape", "ConstantOfShape"}
+    assert check_equivalence(m, result.model).ok

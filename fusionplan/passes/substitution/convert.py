@@ -26,6 +26,7 @@ from fusionplan.passes.substitution.graph import (
     MS_DOMAIN,
     Node,
     SubGraph,
+    TensorAttr,
     TensorInfo,
     Weight,
     make_attrs,
@@ -74,6 +75,7 @@ def from_onnx(model: onnx.ModelProto) -> SubGraph:
             Node(name, qualified(proto.op_type, proto.domain), ins, tuple(proto.output), attrs)
         )
     inputs = [i.name for i in graph.input if i.name not in weights]
+    _propagate_dtypes(nodes, types, weights)
     tensors: dict[str, TensorInfo] = {}
     for tensor in (*inputs, *(t for n in nodes for t in n.outputs if t)):
         dims = shapes.get(tensor)
@@ -95,6 +97,56 @@ def _follow(alias: dict[str, str], tensor: str) -> str:
     while tensor in alias:
         tensor = alias[tensor]
     return tensor
+
+
+INT64_OPS = frozenset({"Shape", "Size", "NonZero", "ArgMax", "ArgMin"})
+BOOL_OPS = frozenset(
+    {
+        "Equal",
+        "Less",
+        "Greater",
+        "LessOrEqual",
+        "GreaterOrEqual",
+        "Not",
+        "And",
+        "Or",
+        "Xor",
+        "IsNaN",
+        "IsInf",
+    }
+)
+INDEX_FIRST_OPS = frozenset({"Where"})  # data type follows input 1 (input 0 is the condition)
+
+
+def _propagate_dtypes(nodes: list[Node], types: dict[str, str], weights: dict[str, Weight]) -> None:
+    """Element types of node outputs the model does not annotate, in graph order: written
+    back as value_info, a wrong guess (an int64 Shape output called float) breaks the model."""
+
+    def of(tensor: str) -> str:
+        if tensor in weights:
+            return weights[tensor].dtype
+        return types.get(tensor, "float32")
+
+    for node in nodes:
+        op = split_qualified(node.op)[1]
+        if op in INT64_OPS:
+            dtype = "int64"
+        elif op in BOOL_OPS:
+            dtype = "bool"
+        elif op == "Cast":
+            dtype = _np_name(node.attr("to"))
+        elif op == "ConstantOfShape":
+            value = node.attr("value")
+            dtype = "float32" if value is None else _np_name(_thaw(value).data_type)
+        elif op in INDEX_FIRST_OPS and len(node.inputs) > 1:
+            dtype = of(node.inputs[1])
+        elif node.inputs and node.inputs[0]:
+            dtype = of(node.inputs[0])
+        else:
+            dtype = "float32"
+        for t in node.outputs:
+            if t and t not in types:
+                types[t] = dtype
 
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, str]:
@@ -128,7 +180,7 @@ def to_onnx(g: SubGraph, *, standard_ops: bool = False) -> onnx.ModelProto:
                 list(node.outputs),
                 name=node.name,
                 domain=domain or None,
-                **dict(node.attrs),
+                **{k: _thaw(v) for k, v in node.attrs},
             )
         )
     initializers = [numpy_helper.from_array(w.array, name) for name, w in g.weights.items()]
@@ -146,6 +198,17 @@ def to_onnx(g: SubGraph, *, standard_ops: bool = False) -> onnx.ModelProto:
     model.ir_version = min(model.ir_version, 10)
     onnx.checker.check_model(model)
     return model
+
+
+def _np_name(elem_type: int) -> str:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+
+
+def _thaw(value: Any) -> Any:
+    """An attribute value back in onnx.helper's terms (tensor attributes were frozen)."""
+    if isinstance(value, TensorAttr):
+        return onnx.load_tensor_from_string(value.data)
+    return value
 
 
 def _standard(nodes: Iterable[Node]) -> Iterator[Node]:

@@ -27,7 +27,7 @@ import numpy as np
 from accel_model.latency.signature import OpSignature, TensorSig
 
 Dims = tuple[int, ...]
-AttrValue = int | float | str | tuple[Any, ...]
+AttrValue = Any  # int, float, str, a tuple of those, or a TensorAttr
 MS_DOMAIN = "com.microsoft"
 SMALL_CONST = 64
 """Int64 constants up to this many elements are part of an op's signature (Split sizes,
@@ -141,7 +141,20 @@ def make_attrs(**values: AttrValue | None) -> tuple[tuple[str, AttrValue], ...]:
     return tuple(sorted((k, _freeze(v)) for k, v in values.items() if v is not None))
 
 
+@dataclass(frozen=True)
+class TensorAttr:
+    """A tensor-valued attribute (ConstantOfShape's ``value``), held serialized so that a
+    node stays hashable; its repr is a digest, so signatures and keys stay short."""
+
+    data: bytes
+
+    def __repr__(self) -> str:
+        return f"tensor:{hashlib.blake2b(self.data, digest_size=6).hexdigest()}"
+
+
 def _freeze(value: Any) -> AttrValue:
+    if hasattr(value, "SerializeToString"):  # an onnx.TensorProto
+        return TensorAttr(value.SerializeToString())
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, bytes):
