@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from fusionplan.app.bench.batching import markdown, run_bench
+from fusionplan.ir import timing
 from fusionplan.ir.errors import ConfigError
-from fusionplan.passes.batching import executor
+from fusionplan.ir.timing import time_interleaved
 from fusionplan.passes.batching.cells import build_cells
 from fusionplan.passes.batching.executor import (
     compile_program,
     node_outputs,
     run_program,
     run_unbatched,
-    time_interleaved,
 )
 from fusionplan.passes.batching.graph import DataflowGraph, Node
 from fusionplan.passes.batching.layout import (
@@ -180,7 +180,7 @@ def test_bench_verifies_once_per_size_and_compares_with_the_faster_baseline(tmp_
 def test_time_interleaved_runs_round_robin_and_takes_medians(monkeypatch):
     calls: list[str] = []
     ticks = iter([0.0, 1.0, 1.0, 3.0, 3.0, 4.0, 4.0, 9.0])  # (start, end) of a, b, a, b
-    monkeypatch.setattr(executor.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
     medians = time_interleaved(
         [lambda: calls.append("a"), lambda: calls.append("b")], repeats=2, warmup=1
     )

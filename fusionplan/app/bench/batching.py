@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fusionplan.ir.io import write_atomic, write_text_atomic
-from fusionplan.passes.batching.executor import time_interleaved
+from fusionplan.ir.timing import time_interleaved
 from fusionplan.passes.batching.pipeline import BatchingRequest, BatchingResult, prepare_batching
 
 CONFIGS = (("depth", "naive"), ("agenda", "naive"), ("fsm", "naive"), ("fsm", "pq"))

@@ -8,9 +8,7 @@ as the per-graph overhead.
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -120,20 +118,3 @@ def run_unbatched(graph: DataflowGraph, cells: Mapping[str, torch.nn.Module]) ->
             token = torch.tensor([node.token], dtype=torch.long)
             outputs.append(cells[node.type](operands, token)[0])
     return outputs
-
-
-def time_interleaved(
-    runs: Sequence[Callable[[], object]], repeats: int, warmup: int = 1
-) -> list[float]:
-    """Median seconds of each of ``runs``, timed round-robin (one call of each per round), so
-    that a slow spell of a shared machine hits every configuration alike instead of one."""
-    for run in runs:
-        for _ in range(warmup):
-            run()
-    times: list[list[float]] = [[] for _ in runs]
-    for _ in range(repeats):
-        for run, mine in zip(runs, times, strict=True):
-            began = time.perf_counter()
-            run()
-            mine.append(time.perf_counter() - began)
-    return [statistics.median(t) for t in times]

@@ -16,6 +16,7 @@ from typing import Any
 
 from data.zoo import cache_root
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.timing import time_interleaved
 from fusionplan.passes.batching.bounds import lower_bound
 from fusionplan.passes.batching.cells import build_cells
 from fusionplan.passes.batching.executor import (
@@ -23,7 +24,6 @@ from fusionplan.passes.batching.executor import (
     node_outputs,
     run_program,
     run_unbatched,
-    time_interleaved,
 )
 from fusionplan.passes.batching.fsm import (
     DEFAULT_ENCODING,

@@ -268,19 +268,25 @@ def ort_session(model: onnx.ModelProto, *, threads: int = 0) -> Any:
         raise ModelError(f"onnxruntime cannot run the model: {first}") from None
 
 
-def run_model(model: onnx.ModelProto, *, seed: int = 0) -> dict[str, np.ndarray]:
-    """Outputs of one onnxruntime run on a seeded random input (normal, float32); a model
-    that fails to run is a one-line :class:`ModelError`."""
-    session = ort_session(model)
+def random_feeds(session: Any, seed: int = 0) -> dict[str, np.ndarray]:
+    """A seeded standard-normal float32 input for every graph input of ``session`` (a
+    symbolic dimension taken as 1)."""
     rng = np.random.default_rng(seed)
-    feeds = {
+    return {
         i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(
             np.float32
         )
         for i in session.get_inputs()
     }
+
+
+def run_model(model: onnx.ModelProto, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Outputs of one onnxruntime run on a seeded random input (normal, float32); a model
+    that fails to run is a one-line :class:`ModelError`."""
     import onnxruntime as ort  # heavy: already loaded by ort_session
 
+    session = ort_session(model)
+    feeds = random_feeds(session, seed)
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # fatal only: a failing run reports through our one line
     try:

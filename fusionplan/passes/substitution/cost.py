@@ -24,11 +24,11 @@ MIXED_ALPHA = 0.25
 
 @dataclass(frozen=True)
 class CostBreakdown:
-    """Seconds: total work, critical path, and the value the search minimises."""
+    """Seconds: total work (the sum cost), the critical path, and the mixed cost."""
 
-    total: float
+    sum: float
     critical_path: float
-    value: float
+    mixed: float
 
 
 class GraphCost:
@@ -44,7 +44,7 @@ class GraphCost:
         self.alpha = alpha
         self._op: dict[str, float] = {}  # signature key -> seconds
         self._node: dict[Node, float] = {}
-        self._graph: dict[str, CostBreakdown] = {}
+        self._graph: dict[int, CostBreakdown] = {}
 
     def op_latencies(self, g: SubGraph) -> dict[str, float]:
         """Node name -> seconds (measuring or estimating each new signature once).
@@ -78,10 +78,10 @@ class GraphCost:
                 finish[t] = end
             longest = max(longest, end)
         total = sum(lat.values())
-        value = total if self.kind == "sum" else self.alpha * longest + total
-        result = CostBreakdown(total, longest, value)
+        result = CostBreakdown(total, longest, self.alpha * longest + total)
         self._graph[g.fingerprint] = result
         return result
 
     def __call__(self, g: SubGraph) -> float:
-        return self.breakdown(g).value
+        """The cost the search minimises: the sum or the mixed cost."""
+        return getattr(self.breakdown(g), self.kind)

@@ -31,7 +31,7 @@ from fusionplan.passes.substitution.convert import (
     run_model,
     to_onnx,
 )
-from fusionplan.passes.substitution.cost import CostKind, GraphCost
+from fusionplan.passes.substitution.cost import CostBreakdown, CostKind, GraphCost
 from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.guard import guard
 from fusionplan.passes.substitution.measure import ort_latencies, ort_latency
@@ -61,22 +61,13 @@ class SubstitutionRequest:
 
 
 @dataclass(frozen=True)
-class CostSummary:
-    """Seconds under the latency model: total work, critical path, and both costs."""
-
-    sum: float
-    critical_path: float
-    mixed: float
-
-
-@dataclass(frozen=True)
 class SubstitutionReport:
     model: str
     search: str
     cost_kind: str
     device: str
-    before: CostSummary
-    after: CostSummary
+    before: CostBreakdown  # seconds under the latency model, whichever cost was searched
+    after: CostBreakdown
     steps: tuple[dict[str, Any], ...]
     seconds: float
     expanded: int
@@ -173,7 +164,7 @@ def substitute(
             f"rewritten model differs from the original (relative error "
             f"{equal.max_rel_error:.1e} > {request.tolerance:g}): not written"
         )
-    report = _report(name or graph.name, request, latency, result, equal)
+    report = _report(name or graph.name, request, cost, result, equal)
     if guarded is not None:
         ms = 1e3
         report = replace(
@@ -183,7 +174,7 @@ def substitute(
                 "searched_ms": guarded.searched_s * ms,
                 "chosen_ms": guarded.chosen_s * ms,
                 "dropped": list(guarded.dropped),
-                "searched_cost": asdict(_summary(GraphCost(latency), searched.graph)),
+                "searched_cost": asdict(cost.breakdown(searched.graph)),
             },
         )
     return SubstitutionResult(rewritten, report)
@@ -228,26 +219,21 @@ def _make_search(request: SubstitutionRequest):
     return cls()
 
 
-def _summary(cost: GraphCost, g: SubGraph) -> CostSummary:
-    b = cost.breakdown(g)
-    return CostSummary(b.total, b.critical_path, cost.alpha * b.critical_path + b.total)
-
-
 def _report(
     name: str,
     request: SubstitutionRequest,
-    latency: LatencyModel,
+    cost: GraphCost,
     result: SearchResult,
     equal: Equivalence,
 ) -> SubstitutionReport:
-    cost = GraphCost(latency, "sum")
+    """The search's own cost (its caches hold every graph's breakdown already)."""
     return SubstitutionReport(
         model=name,
         search=result.search,
         cost_kind=request.cost,
-        device=latency.describe(),
-        before=_summary(cost, result.original.graph),
-        after=_summary(cost, result.best.graph),
+        device=cost.latency.describe(),
+        before=cost.breakdown(result.original.graph),
+        after=cost.breakdown(result.best.graph),
         steps=tuple({"rule": s.rule, "nodes": list(s.nodes)} for s in result.best.steps),
         seconds=result.seconds,
         expanded=result.expanded,

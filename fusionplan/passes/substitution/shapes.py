@@ -7,14 +7,12 @@ Only the ops rules produce are covered; another op is a rule bug, reported as su
 from __future__ import annotations
 
 from collections.abc import Callable
-from math import prod
 
 from fusionplan.passes.substitution.graph import Dims, Node
 
 UNARY = frozenset(
-    {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Identity", "Erf"}
+    {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Erf"}
 )
-BROADCAST = frozenset({"Add", "Sub", "Mul", "Div"})
 
 
 def infer_shapes(
@@ -27,8 +25,6 @@ def infer_shapes(
     ins = [shape(t) if t else () for t in node.inputs]
     if op in UNARY:
         return [ins[0]]
-    if op in BROADCAST:
-        return [broadcast(ins[0], ins[1])]
     if op in ("Conv", "FusedConv"):
         return [conv_shape(node, ins[0], ins[1])]
     if op in ("Gemm", "FusedGemm"):
@@ -51,11 +47,6 @@ def infer_shapes(
             n = len(node.outputs)
             sizes = (ins[0][axis] // n,) * n
         return [(*ins[0][:axis], s, *ins[0][axis + 1 :]) for s in sizes]
-    if op in ("Reshape",):
-        target = list(value(node.inputs[1]) or ())
-        known = prod(d for d in target if d > 0) or 1
-        total = prod(ins[0])
-        return [tuple(total // known if d == -1 else d for d in target)]
     raise ValueError(f"no shape rule for {node.op}")  # a rule emitted an op this file lacks
 
 

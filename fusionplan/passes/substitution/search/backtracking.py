@@ -50,8 +50,6 @@ class Backtracking(SubstitutionSearch):
                 if cand.cost > self.alpha * best.cost:
                     continue
                 near = None if self.focus is None else list(self.focus(cand.graph))
-                if near is not None:
-                    problem.expanded += 1
                 for match in problem.matches(cand.graph, near):
                     child = problem.child(cand, match)
                     if child is None or child.graph.fingerprint in seen:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from fusionplan.passes.substitution.cost import CostBreakdown, GraphCost
+from fusionplan.passes.substitution.cost import GraphCost
 from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.pattern import Match, Rule
 
@@ -79,7 +79,7 @@ class Problem:
     expanded: int = 0
     generated: int = 0
     _limit_nodes: int = field(default=0, repr=False)
-    _top: dict[str, Candidate] = field(default_factory=dict, repr=False)
+    _top: dict[int, Candidate] = field(default_factory=dict, repr=False)
 
     def start(self, g: SubGraph) -> Candidate:
         self._limit_nodes = int(len(g) * self.max_growth) + 1
@@ -92,8 +92,9 @@ class Problem:
         return self.generated >= self.budget
 
     def matches(self, g: SubGraph, near: Iterable[str] | None = None) -> list[Match]:
-        """Every rule's matches in ``g`` (only those using a ``near`` node, if given)."""
-        self.expanded += near is None
+        """Every rule's matches in ``g`` (only those using a ``near`` node, if given); each
+        call counts as expanding ``g``."""
+        self.expanded += 1
         names = None if near is None else list(near)
         return [m for rule in self.rules for m in rule.matches(g, names)]
 
@@ -148,9 +149,6 @@ class Problem:
         self._remember(result)
         return result
 
-    def breakdown(self, g: SubGraph) -> CostBreakdown:
-        return self.cost.breakdown(g)
-
     def _remember(self, c: Candidate, keep: int = 16) -> None:
         held = self._top.get(c.graph.fingerprint)
         if held is None or c.cost < held.cost or len(c.steps) < len(held.steps):
@@ -177,11 +175,23 @@ class Problem:
         )
 
 
-def touched_near(parent: SubGraph, match: Match, child: SubGraph) -> set[str]:
-    """Nodes of ``child`` whose matches may differ from ``parent``'s: the new nodes and
-    every reader or producer of a tensor the rewrite read, wrote or rewired. Any match
-    of ``child`` using none of them was already a match of ``parent`` (same nodes, same
-    readers of their outputs), which is what lets DPP and the canonical order reuse them."""
+@dataclass(frozen=True)
+class Footprint:
+    """Where a rewrite changed the graph, for reusing the parent's matches in the child.
+
+    ``near``: nodes of the child whose matches may differ from the parent's: the new nodes
+    and every reader or producer of a tensor the rewrite read, wrote or rewired. Any match
+    of the child using none of them was already a match of the parent (same nodes, same
+    readers of their outputs), which is what lets DPP and the canonical order reuse them.
+    ``stale``: ``near`` plus the parent's nodes the child lacks or holds changed: a parent
+    match using one of these no longer holds.
+    """
+
+    near: frozenset[str]
+    stale: frozenset[str]
+
+
+def footprint(parent: SubGraph, child: SubGraph) -> Footprint:
     new = [n for name, n in child.nodes.items() if parent.nodes.get(name) is not n]
     gone = [n for name, n in parent.nodes.items() if child.nodes.get(name) is not n]
     tensors = {t for n in (*new, *gone) for t in (*n.inputs, *n.outputs) if t}
@@ -191,12 +201,7 @@ def touched_near(parent: SubGraph, match: Match, child: SubGraph) -> set[str]:
         if producer is not None:
             near.add(producer.name)
         near.update(n.name for n in child.consumers.get(t, ()))
-    return near
-
-
-def removed_nodes(parent: SubGraph, child: SubGraph) -> set[str]:
-    """Names of ``parent``'s nodes that ``child`` lacks or holds changed."""
-    return {name for name, n in parent.nodes.items() if child.nodes.get(name) is not n}
+    return Footprint(frozenset(near), frozenset(near.union(n.name for n in gone)))
 
 
 class SubstitutionSearch(ABC):

@@ -11,7 +11,7 @@ orders of k independent rewrites.
 *DPP* (dynamic programming with pruning) goes breadth-first over distinct graphs, each kept
 at the smallest depth it is reached at (exact: the graphs within K steps are exactly the
 union of those layers), and reuses the parent's matches: a match using no node near the
-rewrite is still a match of the child (:func:`~.base.touched_near`), so only the
+rewrite is still a match of the child (:class:`~.base.Footprint`), so only the
 neighbourhood is matched again.
 
 *Sampling* descends greedily: from the current graph it builds ``q`` (20) children from
@@ -37,8 +37,7 @@ from fusionplan.passes.substitution.search.base import (
     Problem,
     SearchResult,
     SubstitutionSearch,
-    removed_nodes,
-    touched_near,
+    footprint,
 )
 
 DEFAULT_DEPTH = 5
@@ -73,8 +72,8 @@ class Pruning(SubstitutionSearch):
             child = problem.child(cand, match)
             if child is None:
                 continue
-            touched = frozenset(touched_near(cand.graph, match, child.graph))
-            self._visit(problem, child, match.key, touched, left - 1)
+            near = footprint(cand.graph, child.graph).near
+            self._visit(problem, child, match.key, near, left - 1)
 
 
 class DynamicProgramming(SubstitutionSearch):
@@ -100,7 +99,7 @@ class DynamicProgramming(SubstitutionSearch):
                         if child is None or child.graph.fingerprint in seen:
                             continue
                         seen.add(child.graph.fingerprint)
-                        following.append(Lazy.of(problem, item.cand, match, child, matches))
+                        following.append(Lazy.of(problem, item.cand, child, matches))
                 layer = following
         except BudgetExhausted:
             pass
@@ -122,11 +121,10 @@ class Lazy:
         cls,
         problem: Problem,
         parent: Candidate,
-        match: Match,
         child: Candidate,
         matches: list[Match],
     ) -> Lazy:
-        return cls(child, lambda: _child_matches(problem, parent, match, child, matches))
+        return cls(child, lambda: _child_matches(problem, parent, child, matches))
 
     def matches(self) -> list[Match]:
         if self._make is not None:
@@ -135,14 +133,12 @@ class Lazy:
 
 
 def _child_matches(
-    problem: Problem, parent: Candidate, match: Match, child: Candidate, matches: list[Match]
+    problem: Problem, parent: Candidate, child: Candidate, matches: list[Match]
 ) -> list[Match]:
     """The child's matches: the parent's that the rewrite left alone, plus new ones near it."""
-    near = touched_near(parent.graph, match, child.graph)
-    stale = near | removed_nodes(parent.graph, child.graph)
-    kept = [m for m in matches if stale.isdisjoint(m.names)]
-    problem.expanded += 1
-    return kept + problem.matches(child.graph, near)
+    changed = footprint(parent.graph, child.graph)
+    kept = [m for m in matches if changed.stale.isdisjoint(m.names)]
+    return kept + problem.matches(child.graph, changed.near)
 
 
 class Sampling(SubstitutionSearch):
@@ -163,12 +159,11 @@ class Sampling(SubstitutionSearch):
         matches = problem.matches(graph)
         try:
             for _ in range(self.steps):
-                moved = self._step(problem, current, matches, seen, rng)
-                if moved is None:
+                child = self._step(problem, current, matches, seen, rng)
+                if child is None:
                     break
-                child, match = moved
                 seen.add(child.graph.fingerprint)
-                matches = _child_matches(problem, current, match, child, matches)
+                matches = _child_matches(problem, current, child, matches)
                 current = child
         except BudgetExhausted:
             pass
@@ -179,20 +174,20 @@ class Sampling(SubstitutionSearch):
         problem: Problem,
         current: Candidate,
         matches: list[Match],
-        seen: set[str],
+        seen: set[int],
         rng: random.Random,
-    ) -> tuple[Candidate, Match] | None:
+    ) -> Candidate | None:
         """The cheapest qualifying child among ``q`` sampled matches; if none qualifies,
         the next ``q`` untried ones, until all are tried."""
         order = rng.sample(matches, len(matches))
         for start in range(0, len(order), self.q):
-            best: tuple[Candidate, Match] | None = None
+            best: Candidate | None = None
             for match in order[start : start + self.q]:
                 child = problem.child(current, match)
                 if child is None or child.graph.fingerprint in seen:
                     continue
-                if best is None or child.cost < best[0].cost:
-                    best = (child, match)
-            if best is not None and best[0].cost <= self.eta * current.cost:
+                if best is None or child.cost < best.cost:
+                    best = child
+            if best is not None and best.cost <= self.eta * current.cost:
                 return best
         return None
