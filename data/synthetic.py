@@ -6,6 +6,13 @@
   exporter emits (MatMul + bias Add per projection, heads by Reshape/Transpose, Softmax,
   LayerNormalization, Erf-based GELU), so the three Q/K/V projections that read the same
   input are visible to the substitution rules, as in TASO's BERT experiment.
+* :func:`randwire`: one RandWire stage (Xie et al. 2019) on a seeded Watts-Strogatz graph,
+  each node a Relu / depthwise 3x3 / pointwise 1x1 unit summing its inputs; a branchy
+  graph with many independent operators for the stream-scheduling bench (Nimble / IOS
+  style), which the chain-like zoo models lack.
+* :func:`nasnet_cells`: a stack of NASNet-A normal cells (Zoph et al. 2018), five parallel
+  two-branch blocks per cell; the multi-branch cell structure IOS schedules, also for the
+  stream-scheduling bench, which the zoo lacks.
 
 Weights are seeded random (no download); shapes are static, batch 1.
 """
@@ -142,8 +149,137 @@ def bert_encoder(
     return b.model(f"bert_{layers}x{hidden}", {"x": (seq, hidden)}, x, (seq, hidden))
 
 
+def watts_strogatz_dag(
+    nodes: int, k: int, p: float, seed: int | np.random.Generator = 0
+) -> list[tuple[int, int]]:
+    """The edges of a Watts-Strogatz graph WS(nodes, k, p), each oriented low -> high.
+
+    A ring lattice joins every node to its ``k // 2`` nearest neighbours on each side; then,
+    one lattice offset at a time, each edge ``(u, u + j)`` is rewired with probability ``p``
+    to ``(u, w)`` for a uniformly random ``w`` that is neither ``u`` nor already joined to it.
+    Orienting every edge from the lower to the higher index makes the graph a DAG. Returns
+    the sorted edge list.
+    """
+    if k % 2 or not 0 < k < nodes:
+        raise ValueError(f"watts_strogatz_dag: need an even k with 0 < k < nodes, got {k}")
+    rng = np.random.default_rng(seed)
+    adj: list[set[int]] = [set() for _ in range(nodes)]
+    for u in range(nodes):
+        for j in range(1, k // 2 + 1):
+            v = (u + j) % nodes
+            adj[u].add(v)
+            adj[v].add(u)
+    for j in range(1, k // 2 + 1):
+        for u in range(nodes):
+            if rng.random() >= p:
+                continue
+            v = (u + j) % nodes
+            free = [w for w in range(nodes) if w != u and w not in adj[u]]
+            if not free:
+                continue
+            w = free[int(rng.integers(len(free)))]
+            adj[u].discard(v)
+            adj[v].discard(u)
+            adj[u].add(w)
+            adj[w].add(u)
+    return sorted((u, v) for u in range(nodes) for v in adj[u] if u < v)
+
+
+def randwire(
+    nodes: int = 32,
+    k: int = 4,
+    p: float = 0.75,
+    channels: int = 64,
+    size: int = 28,
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """One RandWire stage on a WS(nodes, k, p) DAG, (1, channels, size, size) in and out.
+
+    A node sums its inputs (the stage input when it has none), then applies Relu, a
+    depthwise 3x3 conv and a pointwise 1x1 conv; the stage output is the mean of the nodes
+    without successors.
+    """
+    b = _Builder(seed)
+    edges = watts_strogatz_dag(nodes, k, p, b.rng)
+    preds: list[list[int]] = [[] for _ in range(nodes)]
+    has_succ = [False] * nodes
+    for u, v in edges:
+        preds[v].append(u)
+        has_succ[u] = True
+    outs: list[str] = []
+    for i in range(nodes):
+        ins = [outs[u] for u in preds[i]] or ["x"]
+        h = ins[0]
+        for t in ins[1:]:
+            h = b.op("Add", h, t)
+        h = b.op("Relu", h)
+        h = b.op("Conv", h, b.weight(channels, 1, 3, 3), group=channels, pads=[1, 1, 1, 1])
+        h = b.op("Conv", h, b.weight(channels, channels, 1, 1), b.weight(channels, scale=0.1))
+        outs.append(h)
+    sinks = [outs[i] for i in range(nodes) if not has_succ[i]]
+    y = sinks[0]
+    for t in sinks[1:]:
+        y = b.op("Add", y, t)
+    y = b.op("Mul", y, b.const(np.array(1 / len(sinks), dtype=np.float32)))
+    shape = (1, channels, size, size)
+    return b.model(f"randwire_{nodes}_k{k}_p{p}", {"x": shape}, y, shape)
+
+
+def nasnet_cells(
+    cells: int = 4, channels: int = 64, size: int = 28, seed: int = 0
+) -> onnx.ModelProto:
+    """``cells`` NASNet-A normal cells on a (1, channels, size, size) input.
+
+    Each cell reads the two previous cell outputs ``h_prev`` and ``h`` (the input for both
+    in the first cell), sums two ops per block over five blocks, concatenates the blocks
+    and reduces them back to ``channels`` with a 1x1 conv.
+    """
+    b = _Builder(seed)
+
+    def sep(t: str, kernel: int) -> str:
+        pad = kernel // 2
+        t = b.op("Relu", t)
+        t = b.op(
+            "Conv",
+            t,
+            b.weight(channels, 1, kernel, kernel),
+            group=channels,
+            pads=[pad, pad, pad, pad],
+        )
+        return b.op("Conv", t, b.weight(channels, channels, 1, 1), b.weight(channels, scale=0.1))
+
+    def avg(t: str) -> str:
+        return b.op(
+            "AveragePool",
+            t,
+            kernel_shape=[3, 3],
+            strides=[1, 1],
+            pads=[1, 1, 1, 1],
+            count_include_pad=0,
+        )
+
+    h_prev = h = "x"
+    for _ in range(cells):
+        blocks = [
+            b.op("Add", sep(h, 3), h),
+            b.op("Add", sep(h_prev, 3), sep(h, 5)),
+            b.op("Add", avg(h), h_prev),
+            b.op("Add", avg(h_prev), avg(h_prev)),
+            b.op("Add", sep(h_prev, 5), sep(h_prev, 3)),
+        ]
+        cat = b.op("Concat", *blocks, axis=1)
+        out = b.op(
+            "Conv", cat, b.weight(channels, 5 * channels, 1, 1), b.weight(channels, scale=0.1)
+        )
+        h_prev, h = h, out
+    shape = (1, channels, size, size)
+    return b.model(f"nasnet_{cells}cells", {"x": shape}, h, shape)
+
+
 SYNTHETIC: dict[str, Callable[[], onnx.ModelProto]] = {
     "bert_encoder": bert_encoder,
+    "randwire": randwire,
+    "nasnet": nasnet_cells,
     **{f"resnet_stack{n}": (lambda n=n: resnet_block_stack(n)) for n in (2, 4, 6, 8)},
 }
 """Name -> builder of the synthetic models the bench uses."""

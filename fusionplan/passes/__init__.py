@@ -29,3 +29,8 @@ PASSES.register_lazy(
     "fusionplan.passes.substitution.pipeline:SubstitutionPass",
     help="rewrite the graph by cost-based substitution search (MetaFlow by default)",
 )
+PASSES.register_lazy(
+    "streams",
+    "fusionplan.passes.streams.pipeline:StreamsPass",
+    help="assign ops to GPU streams (Nimble) and record the schedule in the model's metadata",
+)
