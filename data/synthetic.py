@@ -14,7 +14,8 @@
   two-branch blocks per cell; the multi-branch cell structure IOS schedules, also for the
   stream-scheduling bench, which the zoo lacks.
 
-Weights are seeded random (no download); shapes are static, batch 1.
+``randwire_large`` and ``nasnet_large`` are the same graphs at 128 channels and 56x56 (8-16x
+the work per op). Weights are seeded random (no download); shapes are static, batch 1.
 """
 
 from __future__ import annotations
@@ -280,6 +281,9 @@ SYNTHETIC: dict[str, Callable[[], onnx.ModelProto]] = {
     "bert_encoder": bert_encoder,
     "randwire": randwire,
     "nasnet": nasnet_cells,
+    # the same graphs with 8-16x the work per op: where CPU threads per stream start to pay
+    "randwire_large": lambda: randwire(channels=128, size=56),
+    "nasnet_large": lambda: nasnet_cells(channels=128, size=56),
     **{f"resnet_stack{n}": (lambda n=n: resnet_block_stack(n)) for n in (2, 4, 6, 8)},
 }
 """Name -> builder of the synthetic models the bench uses."""

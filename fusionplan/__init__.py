@@ -19,6 +19,7 @@ _PUBLIC = {
     "load": "fusionplan.app.api",
     "batch": "fusionplan.passes.batching.pipeline",
     "substitute": "fusionplan.app.api",
+    "schedule_streams": "fusionplan.app.api",
     "PlanRequest": "fusionplan.app.pipeline",
     "load_model": "fusionplan.ir.onnx_import",
     "OpGraph": "fusionplan.ir.graph",

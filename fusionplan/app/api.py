@@ -22,6 +22,9 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.passes import PASSES
+from fusionplan.passes.streams.pipeline import StreamsRequest, StreamsResult
+from fusionplan.passes.streams.pipeline import schedule_streams as run_streams
+from fusionplan.passes.streams.simulate import EVENT_S
 from fusionplan.passes.substitution.pipeline import (
     SubstitutionRequest,
     SubstitutionResult,
@@ -93,7 +96,7 @@ def substitute(
     budget: int = DEFAULT_BUDGET,
     depth: int = DEFAULT_DEPTH,
     rules: Sequence[str] | None = None,
-    measure: bool = False,
+    measure: str | None = None,
     guard: bool = False,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
@@ -114,6 +117,33 @@ def substitute(
         seed=seed,
     )
     return run_substitution(model, request, progress=progress)
+
+
+def schedule_streams(
+    model: str | os.PathLike | onnx.ModelProto,
+    *,
+    device: str = "h100",
+    max_streams: int | None = None,
+    execute: str | None = None,
+    launch_s: float = 0.0,
+    event_s: float = EVENT_S,
+    repeats: int = 20,
+    seed: int = 0,
+) -> StreamsResult:
+    """Assign ``model``'s ops (ONNX path, zoo name or ModelProto) to parallel streams as
+    Nimble does; ``result.report`` has streams, events and the makespan simulated on
+    ``device``'s op latencies, and with ``execute="cpu"|"cuda"`` the measured latency."""
+    LATENCY_MODELS.check(device)
+    request = StreamsRequest(
+        device=device,
+        max_streams=max_streams,
+        execute=execute,  # type: ignore[arg-type]  # checked by schedule_streams
+        launch_s=launch_s,
+        event_s=event_s,
+        repeats=repeats,
+        seed=seed,
+    )
+    return run_streams(model, request)
 
 
 def apply_prepasses(

@@ -35,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fusionplan.app.cli.substitute:substitute_cmd",
         "Rewrite MODEL's graph by cost-based substitution search.",
     ),
+    "streams": (
+        "fusionplan.app.cli.streams:streams_cmd",
+        "Schedule MODEL's ops onto parallel GPU streams (Nimble).",
+    ),
     "batch": (
         "fusionplan.app.cli.batch:batch_cmd",
         "Batch a dynamic network's ops (ED-Batch) and run it.",

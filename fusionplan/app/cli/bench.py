@@ -19,6 +19,10 @@ from fusionplan.app.bench.batching import write_markdown as write_batching_markd
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
 from fusionplan.app.bench.scaling import job_timing
 from fusionplan.app.bench.speed import search_speed, zoo_times
+from fusionplan.app.bench.streams import MODELS as STREAMS_MODELS
+from fusionplan.app.bench.streams import markdown as streams_markdown
+from fusionplan.app.bench.streams import run_bench as run_streams_bench
+from fusionplan.app.bench.streams import write_markdown as write_streams_markdown
 from fusionplan.app.bench.substitution import MODELS as SUBSTITUTION_MODELS
 from fusionplan.app.bench.substitution import SEARCHES as SUBSTITUTION_SEARCHES
 from fusionplan.app.bench.substitution import markdown as substitution_markdown
@@ -358,6 +362,34 @@ def bench_substitute(models, searches, depths, budget, repeats, out_dir) -> None
     )
     write_substitution_markdown(cells, Path(out_dir) / "results.md")
     click.echo(substitution_markdown(cells))
+
+
+@bench_group.command("streams")
+@click.option("--models", default=",".join(STREAMS_MODELS), show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--no-execute", is_flag=True, help="Schedule and simulate only; run nothing.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=OutputPath(directory=True),
+    default="bench-streams",
+    show_default=True,
+    help="runs.jsonl (resumable), the synthetic inputs and results.md.",
+)
+def bench_streams(models, repeats, no_execute, out_dir) -> None:
+    """Nimble stream assignment on every zoo model and branchy graphs: streams, events,
+    makespan simulated on the H100 roofline against its bounds, and the measured latency
+    here (a thread per stream on the CPU; eager, CUDA Graph and multi-stream CUDA Graph on
+    a GPU)."""
+    cells = run_streams_bench(
+        list(_names(models) or ()),
+        Path(out_dir),
+        repeats=repeats,
+        execute=not no_execute,
+        progress=lambda s: click.echo(f"done {s}", err=True),
+    )
+    write_streams_markdown(cells, Path(out_dir) / "results.md")
+    click.echo(streams_markdown(cells))
 
 
 @bench_group.command("scaling")

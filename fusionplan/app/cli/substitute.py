@@ -10,6 +10,7 @@ from accel_model.latency import LATENCY_MODELS
 from fusionplan.app.api import substitute
 from fusionplan.app.cli.common import OutputPath, RegistryChoice, progress_bar
 from fusionplan.passes.substitution.cost import COST_KINDS
+from fusionplan.passes.substitution.pipeline import MEASURES
 from fusionplan.passes.substitution.rules import RULES
 from fusionplan.passes.substitution.search import SEARCHES
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
@@ -60,8 +61,10 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 )
 @click.option(
     "--measure",
-    is_flag=True,
-    help="autograph: time its top candidates in onnxruntime here and keep the fastest.",
+    type=click.Choice(sorted(MEASURES)),
+    help="autograph: time its top candidates here and keep the fastest: ort (onnxruntime on "
+    "this CPU) or streams (their stream schedule run for real: CUDA Graph on a GPU, a "
+    "thread per stream on the CPU). Rank them by AutoGraph's cost with --cost mixed.",
 )
 @click.option(
     "--guard",

@@ -21,8 +21,9 @@ import onnx
 
 from accel_model.latency import LatencyModel, make_latency_model
 from data.zoo import model_source
-from fusionplan.ir.errors import ModelError
+from fusionplan.ir.errors import ConfigError, ModelError
 from fusionplan.ir.io import write_atomic
+from fusionplan.passes.streams.measure import stream_latency
 from fusionplan.passes.substitution.convert import (
     Equivalence,
     check_equivalence,
@@ -53,7 +54,7 @@ class SubstitutionRequest:
     budget: int = DEFAULT_BUDGET
     depth: int = DEFAULT_DEPTH  # K, for the exact OCGGS searches
     rules: Sequence[str] | None = None  # all registered rules by default
-    measure: bool = False  # AutoGraph: time the top-k on this machine (onnxruntime CPU)
+    measure: str | None = None  # AutoGraph: time the top-k here, "ort" or "streams"
     seed: int = 0
     tolerance: float = 1e-4
     standard_ops: bool = False  # write fused contrib ops as standard ONNX (for the planner)
@@ -104,6 +105,9 @@ class SubstitutionReport:
             f"{self.expanded} expanded{' (budget spent)' if self.budget_hit else ''}",
             f"  check    onnxruntime outputs equal (max relative error {self.max_rel_error:.1e})",
         ]
+        if self.measured:
+            times = ", ".join(f"{t * ms:.2f}" for t in self.measured)
+            lines.append(f"  measured top {len(self.measured)} here: {times} ms; kept the fastest")
         if self.guard is not None:
             g = self.guard
             dropped = ", ".join(g["dropped"]) or "none"
@@ -214,9 +218,23 @@ def _make_search(request: SubstitutionRequest):
         return cls(depth=request.depth)
     if request.search == "ocggs-sample":
         return cls(seed=request.seed)
-    if request.search == "autograph" and request.measure:
-        return cls(measure=lambda g: ort_latency(to_onnx(g)))
+    if request.measure is not None:
+        if request.search != "autograph":
+            raise ConfigError("--measure applies to the autograph search only")
+        if request.measure not in MEASURES:
+            raise ConfigError(
+                f"unknown measure '{request.measure}' (choose from {', '.join(MEASURES)})"
+            )
+        return cls(measure=MEASURES[request.measure])
     return cls()
+
+
+MEASURES: dict[str, Callable[[SubGraph], float]] = {
+    "ort": lambda g: ort_latency(to_onnx(g)),
+    "streams": stream_latency,
+}
+"""How AutoGraph's loop times a candidate: onnxruntime on this CPU, or the graph's stream
+schedule executed for real (CUDA Graph on a GPU, a thread per stream on the CPU)."""
 
 
 def _report(
