@@ -97,7 +97,7 @@ def write_gantt(
     import matplotlib  # heavy: 1 s, only for the picture
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: after choosing the Agg backend
 
     kinds = sorted(set(ops))
     cmap = plt.get_cmap("tab20")
