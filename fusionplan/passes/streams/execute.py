@@ -62,6 +62,9 @@ class ThreadStreams:
         began, start, finish = time.perf_counter(), [0.0] * n, [0.0] * n
 
         def work(ops: tuple[int, ...]) -> None:
+            # OpenMP's thread count is per thread: set it in the worker, or each stream
+            # would run its ops on every core and the streams would oversubscribe them
+            torch.set_num_threads(1)
             with torch.inference_mode():  # grad mode is per thread
                 for v in ops:
                     for u in self.waits.get(v, ()):
