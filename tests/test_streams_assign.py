@@ -7,8 +7,12 @@ events, stream limits) and the makespan simulator against hand arithmetic and it
 from __future__ import annotations
 
 import itertools
+import os
 import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -531,3 +535,42 @@ def test_launch_time_enters_the_bound():
         sim = simulate(dag, assign_streams(dag, lat), lat, launch_s=2e-3)
         assert sim.bound >= len(dag) * 2e-3 - EPS, seed
         assert sim.makespan >= len(dag) * 2e-3 - EPS, seed
+
+
+@pytest.mark.parametrize("heavy", [1, 2])
+def test_the_critical_path_is_one_chain_with_no_event_on_it(heavy: int) -> None:
+    # 0 -> {1, 2} -> 3; whichever middle op is heavy, the chain through it must hold 0 and 3
+    dag = OpDag.from_edges(4, [(0, 1), (0, 2), (1, 3), (2, 3)])
+    latency = [1.0, 1.0, 1.0, 1.0]
+    latency[heavy] = 10.0
+    chains = minimum_chain_cover(dag, latency)
+    assert [0, heavy, 3] in chains
+    assignment = assign_streams(dag, latency)
+    sim = simulate(dag, assignment, latency, event_s=0.5)
+    assert sim.makespan == pytest.approx(dag.critical_path(latency))  # events off the path
+
+
+def test_assignment_does_not_depend_on_the_hash_seed() -> None:
+    """Two processes with different string hash seeds assign the same streams."""
+    script = (
+        "from data.synthetic import nasnet_cells\n"
+        "from fusionplan.passes.streams.assign import assign_streams\n"
+        "from fusionplan.passes.streams.dag import OpDag\n"
+        "from fusionplan.passes.substitution.convert import from_onnx\n"
+        "dag = OpDag.from_graph(from_onnx(nasnet_cells(cells=2, channels=8, size=8)))\n"
+        "a = assign_streams(dag)\n"
+        "print(a.stream_of, a.events)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(outputs) == 1
