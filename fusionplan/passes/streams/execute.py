@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fusionplan.passes.streams.assign import StreamAssignment
-from fusionplan.passes.streams.program import TorchProgram
+from fusionplan.passes.streams.program import TorchProgram, intra_op_threads
 
 WARMUP_RUNS = 3
 
@@ -85,14 +85,10 @@ class ThreadStreams:
                     if v in signals:
                         signals[v].set()
 
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with intra_op_threads(torch, 1):
             futures = [self._pool.submit(work, ops) for ops in self.assignment.streams]
             for future in futures:
                 future.result()
-        finally:
-            torch.set_num_threads(before)
         if record:
             self.last_timeline = (tuple(start), tuple(finish))
         return self.program.outputs(env)

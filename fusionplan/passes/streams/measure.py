@@ -15,8 +15,7 @@ same input, after checking that it computes what the sequential run computes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,7 @@ from fusionplan.ir.timing import time_interleaved
 from fusionplan.passes.streams.assign import StreamAssignment, assign_streams
 from fusionplan.passes.streams.dag import OpDag
 from fusionplan.passes.streams.execute import CudaStreams, ThreadStreams
-from fusionplan.passes.streams.program import TorchProgram, fold_constants
+from fusionplan.passes.streams.program import TorchProgram, fold_constants, intra_op_threads
 from fusionplan.passes.substitution.convert import (
     max_relative_error,
     ort_session,
@@ -72,16 +71,6 @@ def feeds_for(g: SubGraph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded standard-normal inputs of ``g`` (the shapes onnxruntime's check uses)."""
     rng = np.random.default_rng(seed)
     return {name: rng.standard_normal(g.shape(name)).astype(g.dtype(name)) for name in g.inputs}
-
-
-@contextmanager
-def intra_op_threads(torch: Any, n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def measure_cpu(

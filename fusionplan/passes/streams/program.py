@@ -11,7 +11,8 @@ fake branches to the stream schedule.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,17 @@ def _evaluate(g: SubGraph, node: Node, weights: Mapping[str, Weight], torch: Any
         out = kernel([None if a is None else torch.from_numpy(np.array(a)) for a in arrays])
     outs = out if isinstance(out, tuple | list) else (out,)
     return [o.numpy().copy() for o in outs]
+
+
+@contextmanager
+def intra_op_threads(torch: Any, n: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` for the calling thread, then restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
