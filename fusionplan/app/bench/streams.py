@@ -25,6 +25,7 @@ from data.zoo import model_source, zoo_names
 from fusionplan.app.bench.substitution import model_file
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import write_text_atomic
+from fusionplan.passes.streams.assign import assign_streams
 from fusionplan.passes.streams.measure import feeds_for, measure_cpu, measure_cuda
 from fusionplan.passes.streams.pipeline import StreamsRequest, schedule_streams
 
@@ -73,8 +74,8 @@ def run_bench(
         cpu = gpu = None
         if execute:
             feeds = feeds_for(result.graph)
-            limited = schedule_streams(model, StreamsRequest(max_streams=cores), name=name)
-            cpu = measure_cpu(limited.graph, limited.assignment, feeds, repeats=repeats).to_json()
+            limited = assign_streams(result.dag, result.latency, cores)
+            cpu = measure_cpu(result.graph, limited, feeds, repeats=repeats).to_json()
             if cuda:
                 gpu = measure_cuda(result.graph, result.assignment, feeds).to_json()
         r = result.report

@@ -37,7 +37,7 @@ from fusionplan.passes.streams.simulate import EVENT_S, Simulation, simulate
 from fusionplan.passes.streams.trace import Timeline, chrome_trace, write_gantt, write_trace
 from fusionplan.passes.substitution.convert import from_onnx, load_onnx
 from fusionplan.passes.substitution.cost import GraphCost
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.passes.substitution.graph import SubGraph, split_qualified
 
 Execute = Literal["cpu", "cuda"]
 EXECUTORS: tuple[Execute, ...] = ("cpu", "cuda")
@@ -103,6 +103,9 @@ class StreamsResult:
 
     graph: SubGraph
     dag: OpDag
+    latency: tuple[float, ...]
+    """Seconds per op of ``dag`` on the request's latency model (to reschedule without
+    pricing the ops again)."""
     assignment: StreamAssignment
     simulation: Simulation
     report: StreamsReport
@@ -143,7 +146,7 @@ class StreamsResult:
         return write_gantt(path, self._ops(), self.assignment, timeline, title)
 
     def _ops(self) -> list[str]:
-        return [self.graph.nodes[name].op.rpartition(".")[2] for name in self.dag.names]
+        return [split_qualified(self.graph.nodes[name].op)[1] for name in self.dag.names]
 
 
 def schedule_streams(
@@ -197,7 +200,7 @@ def schedule_streams(
         simulation=sim.to_json(),
         measured=measurement.to_json() if measurement is not None else None,
     )
-    return StreamsResult(graph, dag, assignment, sim, report, measurement)
+    return StreamsResult(graph, dag, tuple(seconds), assignment, sim, report, measurement)
 
 
 def _require_cuda() -> None:
