@@ -103,6 +103,15 @@ class CostModel(ABC):
         """
         return False
 
+    def buffer_floor(self, nodes: Group) -> int:
+        """Bytes of buffer every group containing ``nodes`` needs at least (0: unknown).
+
+        The exact search proves with it that two ops can never share a group (their hull
+        alone does not fit), so the tensor between them is always spilled; a scheme that
+        can prove nothing returns 0, which is always sound.
+        """
+        return 0
+
     @abstractmethod
     def _compute(self, group: Group) -> GroupCost:
         """Cost of ``group`` from scratch; called once per distinct group."""

@@ -42,6 +42,8 @@ class BRR(CostModel):
     def __init__(self, graph, accel) -> None:
         super().__init__(graph, accel)
         t = graph.tensors
+        # the row-count induction needs every kept row count >= 1, i.e. no empty tensor
+        self._heights_positive = all(x.shape[1] >= 1 for x in t)
         self._window = tuple(row_window(graph, v) for v in range(len(graph)))
         self._out_hw = tuple(graph.out_shape(v) for v in range(len(graph)))
         self._in_info = tuple(
@@ -49,8 +51,23 @@ class BRR(CostModel):
         )
 
     def monotone_over_downsets(self) -> bool:
-        # the row-count induction needs every kept row count >= 1, i.e. no empty tensor
-        return all(t.shape[1] >= 1 for t in self.graph.tensors)
+        return self._heights_positive
+
+    def buffer_floor(self, nodes: Group) -> int:
+        # In any group G containing ``nodes`` every node keeps >= 1 row (heights >= 1), and a
+        # node with a consumer y in ``nodes`` keeps >= the rows y needs for one output row
+        # (input_rows is non-decreasing in the rows y keeps, which are >= 1).
+        if not self.monotone_over_downsets():
+            return 0
+        succ, total = self.graph.succ_mask, 0
+        for x in bits(nodes):
+            c_out, h_out, w_out = self._out_hw[x]
+            rows = 1
+            for y in bits(succ[x] & nodes):
+                k, s = self._window[y]
+                rows = max(rows, input_rows(k, s, 1, h_out))
+            total += c_out * rows * w_out
+        return self.b * total
 
     def terms(self, group: Group) -> BRRTerms:
         """Footprint, row step and tiling of ``group`` (elements, not bytes; see BRRTerms)."""

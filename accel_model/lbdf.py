@@ -43,6 +43,11 @@ class LBDF(CostModel):
     def monotone_over_downsets(self) -> bool:
         return True  # every node's terms are fixed once its in-group producers are
 
+    def buffer_floor(self, nodes: Group) -> int:
+        # weights and line buffers are per node and non-negative, skip buffers are >= 0
+        line = sum(self._node_terms[v][0] for v in bits(nodes))
+        return self.b * (self.weight_elements(nodes) + line)
+
     def buffer_terms(self, group: Group) -> tuple[int, int, int]:
         """(weight, line-buffer, skip-buffer) elements of ``group``; see the module doc."""
         delay: dict[int, int] = {}

@@ -1,10 +1,10 @@
 """Partition-plan search: random search, local search, NSGA-II and the exact optimum.
 
 ``make_search(name, **options)`` builds a registered search (``search_names()``: ``rs``,
-``ls``, ``nsga2``, ``nsga2-openbox``, ``exact``); options are fields of the search's config
-dataclass (:class:`ExactConfig`, :class:`LocalSearchConfig`, :class:`NSGA2Config`), e.g.
-``make_search("nsga2", backend="openbox")``. Importing this package loads neither pymoo nor
-OpenBox; the NSGA-II backends import them when they run.
+``ls``, ``nsga2``, ``nsga2-openbox``, ``exact``, ``lns``, ``auto``); options are fields of
+the search's config dataclass (:class:`ExactConfig`, :class:`LocalSearchConfig`,
+:class:`NSGA2Config`, ...), e.g. ``make_search("nsga2", backend="openbox")``. Importing this
+package loads neither pymoo nor OpenBox; the NSGA-II backends import them when they run.
 
 A new search is one module that registers its factory with ``SEARCHES.register(...)``, plus
 one import line below (or, from outside the package, the registration line alone).
@@ -21,16 +21,22 @@ from search.random_search import RandomSearch
 from search.local_search import LocalSearch, LocalSearchConfig
 from search.nsga2 import NSGA2Config, NSGA2Search
 from search.exact import ExactConfig, ExactSearch
+from search.lns import LargeNeighbourhoodSearch, LNSConfig
+from search.auto import AutoConfig, AutoSearch
 # isort: on
 
 __all__ = [
     "SEARCHES",
+    "AutoConfig",
+    "AutoSearch",
     "BudgetExhausted",
     "Candidate",
     "ExactBound",
     "ExactConfig",
     "ExactSearch",
     "FusionProblem",
+    "LNSConfig",
+    "LargeNeighbourhoodSearch",
     "LocalSearch",
     "LocalSearchConfig",
     "NSGA2Config",

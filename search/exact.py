@@ -103,9 +103,11 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from accel_model.bounds import TrafficBound, ancestors
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.planning.result import ExactBound, SearchResult
@@ -147,6 +149,14 @@ class ExactConfig:
 
 
 # ------------------------------------------------------------------------ tractability
+def _outside_preds(pred: tuple[Group, ...], group: Group) -> Group:
+    """Producers of ``group``'s nodes outside it."""
+    out = 0
+    for v in bits(group):
+        out |= pred[v]
+    return out & ~group
+
+
 def count_downsets(graph: OpGraph, limit: int, work_limit: int = 2_000_000) -> tuple[int, bool]:
     """Number of down-sets of ``graph`` (the empty set and the whole graph included).
 
@@ -192,35 +202,30 @@ class _Timeout(Exception):
 
 
 class ExactSolver:
-    """A* over down-sets for one cost model; see the module docstring."""
+    """A* over down-sets for one cost model; see the module docstring.
 
-    def __init__(self, cost_model: CostModel, unfusable: Group) -> None:
+    ``unfusable`` nodes run alone; ``fixed`` groups (disjoint sets of fusable nodes, the
+    large-neighbourhood search's frozen part) run as they are. Both are *atoms*: never
+    searched, executed as soon as every producer they need has run.
+    """
+
+    def __init__(
+        self, cost_model: CostModel, unfusable: Group, fixed: Sequence[Group] = ()
+    ) -> None:
         cm = self.cm = cost_model
         g = self.graph = cm.graph
-        n = len(g)
         self.all = g.all_nodes
-        self.unf = unfusable
-        self.fus = self.all & ~unfusable
         self.pred, self.succ, self.nbr = g.pred_mask, g.succ_mask, g.neighbour_mask
-        anc = [0] * n
-        for v in range(n):  # labels are topological: producers come first
-            a = 0
-            for u in bits(self.pred[v]):
-                a |= anc[u] | (1 << u)
-            anc[v] = a
-        self.anc = anc
+        bound = self.bound = TrafficBound(
+            cm, [1 << u for u in bits(unfusable)] + [grp for grp in fixed if grp]
+        )
+        self.atom_of, self.atom_dram = bound.atom_of, bound.atom_dram
+        self.atoms_in, self.atoms_dram = bound.atoms_in, bound.atoms_dram
+        self.unf = bound.fixed  # nodes the search never groups
+        self.fus = bound.searched
+        self.atom_pred = {a: _outside_preds(self.pred, a) for a in bound.atoms}
+        self.anc = ancestors(g)
         self.prune = cm.monotone_over_downsets()  # module docstring: why pruning is exact
-        self.unf_dram = {u: cm.cost(1 << u).dram for u in bits(unfusable)}
-        b = cm.b
-        self.weight = [b * node.weights for node in g.nodes]
-        outs = g.graph_output_set
-        cons = g.consumer_mask
-        # per used tensor: (bytes, producer bit (0 = graph input), consumers, graph output)
-        self.tensors = [
-            (b * t.size, (1 << t.producer) if t.producer >= 0 else 0, cons[ti], ti in outs)
-            for ti, t in enumerate(g.tensors)
-            if cons[ti] or ti in outs
-        ]
         self._h: dict[Group, int] = {}
         self._expanded: dict[Group, list[Transition]] = {}
         self.deadline = float("inf")
@@ -232,22 +237,13 @@ class ExactSolver:
     def h(self, done: Group) -> int:
         """Admissible, consistent lower bound on the DRAM of running ``all - done``."""
         hit = self._h.get(done)
-        if hit is not None:
-            return hit
-        rest = self.all & ~done
-        total = sum(self.weight[v] for v in bits(rest))
-        for size, prod, cons, is_out in self.tensors:
-            if prod & rest:
-                if is_out:
-                    total += size
-            elif cons & rest:
-                total += size
-        self._h[done] = total
-        return total
+        if hit is None:
+            hit = self._h[done] = self.bound.remaining(done)
+        return hit
 
     def absorb(self, done: Group, new: Group) -> Group:
-        """Unfusable nodes that become ready (transitively) once ``new`` is executed."""
-        pred, succ, unf = self.pred, self.succ, self.unf
+        """Atoms that become ready (transitively) once ``new`` is executed."""
+        succ, unf, atom_of, atom_pred = self.succ, self.unf, self.atom_of, self.atom_pred
         absorbed = 0
         while new:
             cand = 0
@@ -255,21 +251,23 @@ class ExactSolver:
                 cand |= succ[v]
             cand &= unf & ~done
             new = 0
-            for u in bits(cand):
-                if not pred[u] & ~done:
-                    done |= 1 << u
-                    new |= 1 << u
+            while cand:
+                a = atom_of[(cand & -cand).bit_length() - 1]
+                cand &= ~a
+                if not atom_pred[a] & ~done:
+                    done |= a
+                    new |= a
             absorbed |= new
         return absorbed
 
     def start_state(self) -> tuple[Group, int]:
-        """The initial state (ready unfusable nodes executed) and its DRAM."""
+        """The initial state (ready atoms executed) and its DRAM."""
         ready = 0
-        for u in bits(self.unf):
-            if not self.pred[u]:
-                ready |= 1 << u
+        for a, preds in self.atom_pred.items():
+            if not preds:
+                ready |= a
         state = ready | self.absorb(ready, ready)
-        return state, sum(self.unf_dram[u] for u in bits(state))
+        return state, self.atoms_dram(state)
 
     # -- transitions ------------------------------------------------------------------
     def expand(self, done: Group, dive: bool = False) -> list[Transition]:
@@ -286,7 +284,7 @@ class ExactSolver:
         rest = self.all & ~done
         fus_rest = rest & self.fus
         pred, anc, nbr, unf = self.pred, self.anc, self.nbr, self.unf
-        cost, prune, unf_dram = self.cm.cost, self.prune, self.unf_dram
+        cost, prune, atoms_dram = self.cm.cost, self.prune, self.atoms_dram
         out: list[Transition] = []
         ready = [v for v in bits(fus_rest) if not pred[v] & rest]
         stack = [(1 << v, nbr[v]) for v in reversed(ready)]
@@ -307,7 +305,7 @@ class ExactSolver:
             c = cost(group)
             if c.valid:
                 absorbed = self.absorb(done | group, group)
-                dram = c.dram + sum(unf_dram[u] for u in bits(absorbed)) if absorbed else c.dram
+                dram = c.dram + atoms_dram(absorbed) if absorbed else c.dram
                 out.append((group, absorbed, done | group | absorbed, dram))
             elif prune:
                 continue
@@ -356,17 +354,19 @@ class ExactSolver:
             _, group, absorbed, state, dram = best
             g += dram
             path.append(group)
-            path.extend(1 << u for u in bits(absorbed))
+            path.extend(self.atoms_in(absorbed))
         return g, path
 
     def _finish_singletons(
         self, state: Group, g: int, path: list[Group]
     ) -> tuple[int, list[Group]]:
-        cost = self.cm.cost
-        for v in bits(self.all & ~state):  # label order is topological
+        cost, rest = self.cm.cost, self.all & ~state
+        for v in bits(rest & self.fus):
             path.append(1 << v)
             g += cost(1 << v).dram
-        return g, path
+        atoms = self.atoms_in(rest & self.unf)
+        path.extend(atoms)
+        return g + sum(self.atom_dram[a] for a in atoms), path
 
 
 @dataclass
@@ -380,21 +380,28 @@ class ExactOutcome:
 
 
 def solve(
-    solver: ExactSolver, deadline: float, dive_deadline: float, hard_deadline: float
+    solver: ExactSolver,
+    deadline: float,
+    dive_deadline: float,
+    hard_deadline: float,
+    incumbent: tuple[int, list[Group]] | None = None,
 ) -> ExactOutcome:
     """A* from the start state; see the module docstring. The first greedy dive runs until
     ``dive_deadline``, A* until ``deadline``, the dives after a timeout until
-    ``hard_deadline``."""
+    ``hard_deadline``. ``incumbent`` ``(dram, groups)``, a known valid plan (atoms
+    included), is the first upper bound: A* then proves it optimal or finds better."""
     start, g0 = solver.start_state()
     h = solver.h
     # upper bound: the all-singleton plan, then a greedy dive
-    ub, ub_path = solver._finish_singletons(start, g0, [1 << u for u in bits(start)])
-    start_path = [1 << u for u in bits(start)]
+    start_path = solver.atoms_in(start)
+    ub, ub_path = solver._finish_singletons(start, g0, list(start_path))
     solver.deadline = dive_deadline
     if dive_deadline > time.perf_counter():
         d_ub, d_path = solver.dive(start, g0, start_path)
         if d_ub < ub:
             ub, ub_path = d_ub, d_path
+    if incumbent is not None and incumbent[0] < ub:
+        ub, ub_path = incumbent[0], list(incumbent[1])
     solver.deadline = deadline
 
     if start == solver.all:
@@ -411,7 +418,7 @@ def solve(
         steps: list[Group] = []
         while state != start:
             prev, group, absorbed = parent[state]
-            steps.extend(1 << u for u in reversed(bits(absorbed)))
+            steps.extend(reversed(solver.atoms_in(absorbed)))
             steps.append(group)
             state = prev
         return start_path + steps[::-1]
@@ -436,7 +443,7 @@ def solve(
                 if nxt == solver.all:
                     if g2 < ub:
                         ub = g2
-                        ub_path = [*path_to(state), group, *(1 << u for u in bits(absorbed))]
+                        ub_path = [*path_to(state), group, *solver.atoms_in(absorbed)]
                     continue
                 if g2 >= best_g.get(nxt, ub):
                     continue
@@ -472,6 +479,18 @@ def solve(
 
 
 # ------------------------------------------------------------------------ the search
+def check_tractable(graph: OpGraph, max_downsets: int) -> int:
+    """The number of down-sets of ``graph``; ConfigError (one line) above ``max_downsets``."""
+    count, exact = count_downsets(graph, max_downsets)
+    if not exact:
+        about = f"more than {count:,}" if count > max_downsets else "too many to count"
+        raise ConfigError(
+            f"exact search refused: model {graph.name} has {about} down-sets "
+            f"(limit {max_downsets:,}); use --search auto, lns, ls or nsga2"
+        )
+    return count
+
+
 class ExactSearch:
     name = "exact"
 
@@ -484,19 +503,14 @@ class ExactSearch:
         cfg = self.config
         t0 = time.perf_counter()
         rec = Recorder(problem, progress)
-        graph = problem.graph
-        count, exact = count_downsets(graph, cfg.max_downsets)
-        if not exact:
-            about = f"more than {count:,}" if count > cfg.max_downsets else "too many to count"
-            raise ConfigError(
-                f"exact search refused: model {graph.name} has {about} down-sets "
-                f"(limit {cfg.max_downsets:,}); use --search ls/nsga2"
-            )
+        count = check_tractable(problem.graph, cfg.max_downsets)
         solver = ExactSolver(problem.cost_model, problem.unfusable)
         # the final dives and the single evaluation need a little time: keep 5 % back
         limit = cfg.time_limit_s
         dive_deadline = t0 + cfg.dive_share * limit if cfg.greedy_dive else t0
-        out = solve(solver, t0 + 0.95 * limit, dive_deadline, t0 + limit)
+        warm = rec.best  # a warm-start plan is the first upper bound
+        incumbent = (warm.dram, list(warm.groups)) if warm is not None else None
+        out = solve(solver, t0 + 0.95 * limit, dive_deadline, t0 + limit, incumbent)
         unf = problem.unfusable
         cand = problem.evaluate([grp for grp in out.groups if not grp & unf])
         if cand.dram != out.dram:  # the plan is costed twice, by the DP and by the problem

@@ -276,7 +276,7 @@ def test_refuses_a_wide_graph():
     msg = str(err.value)
     assert "\n" not in msg
     assert msg.startswith("exact search refused: model wide has more than ")
-    assert "down-sets (limit 200,000); use --search ls/nsga2" in msg
+    assert "down-sets (limit 200,000); use --search auto, lns, ls or nsga2" in msg
     assert problem.proposed == 0
 
 

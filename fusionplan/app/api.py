@@ -1,8 +1,8 @@
 """The Python API: ``fp.plan(...)``, ``fp.sweep(...)`` and ``fp.load(...)``.
 
 >>> import fusionplan as fp
->>> p = fp.plan("resnet18", buffer="128KB", scheme="lbdf", search="ls", budget=500)
->>> p.validate().metrics.dram_mb  # doctest: +SKIP
+>>> p = fp.plan("resnet18", buffer="128KB", scheme="lbdf")  # auto: exact, then LNS
+>>> p.validate().metrics.dram_mb, p.metrics.gap  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -55,18 +55,22 @@ def plan(
     buffer: str | int = "256KB",
     scheme: str = "lbdf",
     *,
-    search: str = "ls",
+    search: str = "auto",
     splitter: str = "tree",
     budget: int = 2000,
     seed: int = 0,
     bytes_per_element: int = 1,
     single_layer: str = "tiled",
     search_options: Mapping[str, Any] | None = None,
+    bound_time_s: float = 1.0,
     prepass: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
 ) -> Plan:
     """Plan fusion for ``model`` (ONNX path, zoo name or OpGraph) on one accelerator,
-    after the named pre-passes (``prepass=["substitute"]``) rewrote its ONNX graph."""
+    after the named pre-passes (``prepass=["substitute"]``) rewrote its ONNX graph.
+
+    The plan's ``metrics`` carry a proven lower bound on the optimum and the gap to it:
+    the default ``auto`` search proves the optimum when it can within its time limit."""
     request = PlanRequest(
         buffer=buffer,
         scheme=scheme,
@@ -77,6 +81,7 @@ def plan(
         bytes_per_element=bytes_per_element,
         single_layer=single_layer,
         search_options=dict(search_options or {}),
+        bound_time_s=bound_time_s,
     ).check()  # reject bad settings before a possibly slow model export
     if prepass:
         if isinstance(model, OpGraph):

@@ -19,6 +19,7 @@ from fusionplan.ir.graph import OpGraph
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import SPLITTERS, Splitter, make_splitter
 from search import SEARCHES, FusionProblem, Search, make_search
+from search.certify import certify
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,13 +28,15 @@ class PlanRequest:
 
     buffer: str | int = "256KB"
     scheme: str = "lbdf"
-    search: str = "ls"
+    search: str = "auto"
     splitter: str = "tree"
     budget: int = 2000
     seed: int = 0
     bytes_per_element: int = 1
     single_layer: str = "tiled"  # or "paper" (docs/cost-model.md, "Single-layer cost")
     search_options: Mapping[str, Any] = field(default_factory=dict)
+    # A* time spent certifying a heuristic's plan (search/certify.py); 0: static bound only
+    bound_time_s: float = 1.0
 
     def accelerator(self) -> Accelerator:
         return Accelerator.of(self.buffer, self.scheme, self.bytes_per_element, self.single_layer)
@@ -43,6 +46,9 @@ class PlanRequest:
         self.accelerator()
         if self.budget < 1:
             raise ConfigError(f"budget must be at least 1 plan, got {self.budget}")
+        t = self.bound_time_s
+        if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
+            raise ConfigError(f"bound time must be a number of seconds >= 0, got {t!r}")
         SEARCHES.check(self.search)
         SPLITTERS.check(self.splitter)
         return self
@@ -68,6 +74,7 @@ class Pipeline:
         if ranker_stats is not None:  # explainer rankers: how many groups, how long
             result.explained_groups = ranker_stats.explained
             result.explain_seconds = ranker_stats.explain_seconds
+        result.certificate = certify(self.problem, result, request.bound_time_s)
         return self.problem.to_plan(result.best, result).validate()
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from accel_model.bounds import compulsory_traffic, unfusable_nodes
+from accel_model.bounds import compulsory_traffic, plan_lower_bound, unfusable_nodes
 from fusionplan.ir.errors import PlanError
 from fusionplan.ir.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
 from fusionplan.ir.io import write_atomic, write_text_atomic
@@ -43,7 +43,10 @@ class PlanMetrics:
     groups: int
     fused_groups: int  # groups with more than one op
     unfusable_ops: int
-    lower_bound_bytes: int  # compulsory traffic: graph io + all weights
+    compulsory_bytes: int  # graph io + all weights, once each
+    lower_bound_bytes: int  # proven lower bound on the optimum (docs/design.md, "Certified plans")
+    gap: float  # (DRAM - lower bound) / lower bound
+    bound_method: str  # how the bound was proven (Certificate.method)
 
     @property
     def dram_mb(self) -> float:
@@ -57,8 +60,8 @@ class PlanMetrics:
     def mbu_kb(self) -> float:
         return self.mbu_bytes / KB
 
-    def as_dict(self) -> dict[str, float | int]:
-        d: dict[str, float | int] = asdict(self)
+    def as_dict(self) -> dict[str, float | int | str]:
+        d: dict[str, float | int | str] = asdict(self)
         d.update(dram_mb=self.dram_mb, fusable_dram_mb=self.fusable_dram_mb, mbu_kb=self.mbu_kb)
         return d
 
@@ -149,15 +152,24 @@ class Plan:
         unf = [cm.cost(grp) for grp in self.groups if grp & unfusable]
         fus_dram = sum(c.dram for c in fus)
         unf_dram = sum(c.dram for c in unf)
+        cert = self.result.certificate if self.result is not None else None
+        if cert is not None:
+            bound, method = cert.lower_bound_bytes, cert.method
+        else:  # a plan built by hand or read from a file: the static bound
+            bound, method = plan_lower_bound(cm), "traffic bound"
+        dram = fus_dram + unf_dram
         return PlanMetrics(
-            dram_bytes=fus_dram + unf_dram,
+            dram_bytes=dram,
             fusable_dram_bytes=fus_dram,
             unfusable_dram_bytes=unf_dram,
             mbu_bytes=max((c.buffer for c in fus), default=0),
             groups=len(self.groups),
             fused_groups=sum(1 for grp in self.groups if grp.bit_count() > 1),
             unfusable_ops=unfusable.bit_count(),
-            lower_bound_bytes=compulsory_traffic(self.graph, cm.b),
+            compulsory_bytes=compulsory_traffic(self.graph, cm.b),
+            lower_bound_bytes=bound,
+            gap=(dram - bound) / bound if bound > 0 else 0.0,
+            bound_method=method,
         )
 
     # -- serialisation ----------------------------------------------------------------
@@ -245,7 +257,7 @@ class Plan:
             f"groups       {m.groups} ({m.fused_groups} fused, {m.unfusable_ops} unfusable ops)",
             f"DRAM         {m.dram_mb:.3f} MB (fusable {m.fusable_dram_mb:.3f} MB, "
             f"unfusable {m.unfusable_dram_bytes / MB:.3f} MB)",
-            f"lower bound  {m.lower_bound_bytes / MB:.3f} MB",
+            f"lower bound  {m.lower_bound_bytes / MB:.3f} MB ({m.bound_method}), gap {m.gap:.2%}",
             f"MBU          {m.mbu_kb:.1f} KB",
         ]
         for key in ("search", "splitter", "budget", "seed", "wall_time_s"):

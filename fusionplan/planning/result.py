@@ -44,6 +44,25 @@ class ExactBound:
         return "optimal" if self.optimal else "time limit"
 
 
+@dataclass(frozen=True)
+class Certificate:
+    """A proven lower bound on the optimum DRAM of the model, and the plan's gap to it.
+
+    ``method``: ``"optimal"`` (the plan is proven optimal), ``"A* bound"`` (the smallest
+    f of A*'s open states when its time ran out) or ``"traffic bound"`` (the static bound of
+    ``accel_model.bounds.TrafficBound``, when no A* ran).
+    """
+
+    lower_bound_bytes: int
+    gap: float  # (plan DRAM - lower bound) / lower bound; 0.0 when proven optimal
+    method: str
+    seconds: float = 0.0  # spent proving it beyond the search itself
+
+    @property
+    def optimal(self) -> bool:
+        return self.method == "optimal"
+
+
 @dataclass
 class SearchResult:
     """Best plan, Pareto front (DRAM vs MBU), trace and counters of one search run."""
@@ -68,6 +87,7 @@ class SearchResult:
     explained_groups: int = 0  # explainer splitters: groups explained, and how long it took
     explain_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # search-specific counters
+    certificate: Certificate | None = None  # set by the pipeline (search/certify.py)
 
     @property
     def plans_per_second(self) -> float:
@@ -113,6 +133,14 @@ class SearchResult:
                 transitions=e.transitions,
                 downsets=e.downsets,
                 pruned_by_buffer=e.pruned_by_buffer,
+            )
+        if self.certificate is not None:
+            c = self.certificate
+            out.update(
+                lower_bound_bytes=c.lower_bound_bytes,
+                gap=round(c.gap, 6),
+                bound_method=c.method,
+                bound_seconds=round(c.seconds, 3),
             )
         if self.config:
             out["search_config"] = self.config

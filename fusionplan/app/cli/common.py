@@ -140,14 +140,15 @@ class PlanOptions:
     input_shape: tuple[str, ...]
     strict_ops: bool
     quiet: bool
-    time_limit: float
+    time_limit: float | None
+    bound_time: float
     prepass: tuple[str, ...]
 
     def search_options(self) -> dict[str, Any]:
         """Options of the chosen search that the command line exposes."""
         if self.search == "nsga2" and self.nsga2_backend != "pymoo":
             return {"backend": self.nsga2_backend}
-        if self.search == "exact":
+        if self.search in TIMED_SEARCHES and self.time_limit is not None:
             return {"time_limit_s": self.time_limit}
         return {}
 
@@ -163,6 +164,7 @@ class PlanOptions:
             bytes_per_element=self.bytes_per_element,
             single_layer=self.single_layer,
             search_options=self.search_options(),
+            bound_time_s=self.bound_time,
         ).check()
 
     def load(self, model: str) -> OpGraph:
@@ -179,12 +181,15 @@ def _registry_help(what: str, registry: Registry[Any]) -> str:
     return f"{what}: {registry.describe()}."
 
 
+TIMED_SEARCHES = ("exact", "lns", "auto")
+"""Searches limited by wall-clock time (``--time-limit``) rather than by plans."""
+
 _PLAN_OPTIONS = [
     scheme_option(default="lbdf", show_default=True),
     click.option(
         "--search",
         type=RegistryChoice(SEARCHES),
-        default="ls",
+        default="auto",
         show_default=True,
         help=_registry_help("Search algorithm", SEARCHES),
     ),
@@ -230,9 +235,17 @@ _PLAN_OPTIONS = [
     click.option(
         "--time-limit",
         type=float,
-        default=60.0,
+        default=None,
+        help="Seconds the exact, lns or auto search may run (defaults: exact 60, auto and "
+        "lns 10); past it they return their best plan with a proven lower bound.",
+    ),
+    click.option(
+        "--bound-time",
+        type=float,
+        default=1.0,
         show_default=True,
-        help="Seconds the exact search may run before returning its best plan and a lower bound.",
+        help="Seconds of A* spent certifying the plan of a search that proves no bound "
+        "itself (rs, ls, nsga2); 0: the static traffic bound only.",
     ),
     click.option(
         "--prepass",

@@ -64,9 +64,10 @@ def _print_plan(plan: Plan) -> None:
         return
     if result.exact is not None:
         e = result.exact
-        bound = e.lower_bound_bytes / 2**20
-        verdict = "proven optimal" if e.optimal else f"time limit hit, optimum >= {bound:.3f} MB"
-        click.echo(f"exact        {verdict} ({e.states} states)")
+        verdict = "proven optimal" if e.optimal else "time limit hit, gap certified by A*"
+        stage = result.extra.get("auto_stage")
+        via = f", answered by {stage}" if stage else ""
+        click.echo(f"exact        {verdict} ({e.states} states{via})")
     click.echo(
         f"search stats {result.proposed} plans, {result.plans_per_second:.0f} plans/s, "
         f"cost cache hit {result.cost_hit_rate:.1%}, "
@@ -149,13 +150,23 @@ def sweep_cmd(
         click.echo(json.dumps(rows, indent=2))
         return
     print_table(
-        ["buffer", "DRAM MB", "fusable MB", "lower bound MB", "MBU KB", "groups", "unfusable"],
+        [
+            "buffer",
+            "DRAM MB",
+            "fusable MB",
+            "lower bound MB",
+            "gap",
+            "MBU KB",
+            "groups",
+            "unfusable",
+        ],
         [
             [
                 r["buffer"],
                 f"{r['dram_mb']:.3f}",
                 f"{r['fusable_dram_mb']:.3f}",
                 f"{r['lower_bound_mb']:.3f}",
+                f"{r['gap']:.2%}",
                 f"{r['mbu_kb']:.1f}",
                 r["groups"],
                 r["unfusable_ops"],
@@ -196,7 +207,7 @@ def _sweep_grid(
         click.echo(json.dumps(rows, indent=2))
         return
     print_table(
-        ["model", "scheme", "buffer", "DRAM MB", "lower bound MB", "groups", "note"],
+        ["model", "scheme", "buffer", "DRAM MB", "lower bound MB", "gap", "groups", "note"],
         [
             [
                 r["model"],
@@ -204,6 +215,7 @@ def _sweep_grid(
                 r["buffer"],
                 "" if r["error"] else f"{r['dram_mb']:.3f}",
                 "" if r["error"] else f"{r['lower_bound_mb']:.3f}",
+                "" if r["error"] else f"{r['gap']:.2%}",
                 r["groups"],
                 r["error"],
             ]

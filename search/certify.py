@@ -1,0 +1,53 @@
+"""Every plan certified: a proven lower bound on the optimum DRAM and the plan's gap to it.
+
+The exact and auto searches carry their own A* bound. For any other search the pipeline
+calls :func:`certify`: A* runs for at most ``time_limit_s`` with the search's plan as the
+first upper bound, so it either proves that plan optimal or leaves the smallest f of its
+open states as the bound; with no time (or a graph too branchy to count) the static
+:class:`~accel_model.bounds.TrafficBound` is the bound (docs/design.md, "Certified plans").
+"""
+
+from __future__ import annotations
+
+import time
+
+from fusionplan.planning.result import Certificate, SearchResult
+from search.exact import ExactSolver, count_downsets, solve
+from search.problem import FusionProblem
+
+DEFAULT_MAX_DOWNSETS = 200_000
+
+
+def relative_gap(dram: int, lower_bound: int) -> float:
+    """``(dram - bound) / bound``; 0.0 for a zero bound (nothing to move)."""
+    return (dram - lower_bound) / lower_bound if lower_bound > 0 else 0.0
+
+
+def certify(
+    problem: FusionProblem,
+    result: SearchResult,
+    time_limit_s: float,
+    max_downsets: int = DEFAULT_MAX_DOWNSETS,
+) -> Certificate:
+    """The certificate of ``result.best`` (see the module docstring)."""
+    dram = result.best.dram
+    e = result.exact
+    if e is not None:
+        lb = dram if e.optimal else e.lower_bound_bytes
+        return Certificate(lb, relative_gap(dram, lb), "optimal" if e.optimal else "A* bound")
+    t0 = time.perf_counter()
+    solver = ExactSolver(problem.cost_model, problem.unfusable)
+    static = solver.bound.total()
+    if time_limit_s <= 0 or not count_downsets(problem.graph, max_downsets)[1]:
+        return Certificate(static, relative_gap(dram, static), "traffic bound", _since(t0))
+    deadline = t0 + time_limit_s
+    out = solve(solver, deadline, t0, deadline, incumbent=(dram, list(result.best.groups)))
+    if out.optimal:
+        method = "optimal" if out.dram >= dram else "exact optimum"
+        return Certificate(out.dram, relative_gap(dram, out.dram), method, _since(t0))
+    lb = max(out.lower_bound, static)
+    return Certificate(lb, relative_gap(dram, lb), "A* bound", _since(t0))
+
+
+def _since(t0: float) -> float:
+    return time.perf_counter() - t0
