@@ -35,7 +35,7 @@ class AutoConfig:
     time_limit_s: float = 10.0  # wall-clock limit of both stages together
     exact_share: float = 0.5  # of it for the exact search
     max_downsets: int = DEFAULT_MAX_DOWNSETS  # above this, skip straight to LNS
-    window: int = 24  # LNS's first window (ops)
+    window_states: int = 60  # LNS's first cap on a window's down-sets
 
     def __post_init__(self) -> None:
         t = self.time_limit_s
@@ -71,7 +71,7 @@ class AutoSearch:
                 return self._finish(first, t0, exact, "exact")
             problem.warm_start = [*problem.warm_start, first.best.groups]
         left = cfg.time_limit_s - (time.perf_counter() - t0)
-        lns = LargeNeighbourhoodSearch(time_limit_s=max(left, 1e-3), window=cfg.window)
+        lns = LargeNeighbourhoodSearch(time_limit_s=max(left, 1e-3), states=cfg.window_states)
         second = lns.run(problem, seed, progress)
         found = lns.outcome
         if found.optimal:

@@ -157,8 +157,11 @@ def _outside_preds(pred: tuple[Group, ...], group: Group) -> Group:
     return out & ~group
 
 
-def count_downsets(graph: OpGraph, limit: int, work_limit: int = 2_000_000) -> tuple[int, bool]:
-    """Number of down-sets of ``graph`` (the empty set and the whole graph included).
+def count_downsets(
+    graph: OpGraph, limit: int, work_limit: int = 2_000_000, region: Group | None = None
+) -> tuple[int, bool]:
+    """Number of down-sets of ``graph`` (the empty set and the whole graph included), or of
+    the subgraph that ``region`` induces.
 
     Sweeps nodes in label order keeping, per distinct choice on the *frontier* (decided
     nodes with a consumer still to decide), how many down-sets of the prefix make it. The
@@ -166,14 +169,14 @@ def count_downsets(graph: OpGraph, limit: int, work_limit: int = 2_000_000) -> t
     the sweep stops once the count passes ``limit`` or the work passes ``work_limit``.
     Returns ``(count, exact)``; when ``exact`` is False the graph has more than ``count``.
     """
-    n = len(graph)
+    region = graph.all_nodes if region is None else region
     pred, succ = graph.pred_mask, graph.succ_mask
-    last = [succ[v].bit_length() - 1 for v in range(n)]  # -1: no consumer
+    last = {v: (succ[v] & region).bit_length() - 1 for v in bits(region)}  # -1: no consumer
     states: dict[Group, int] = {0: 1}
     work = 0
-    for v in range(n):
+    for v in bits(region):
         new: dict[Group, int] = {}
-        pv, bit = pred[v], 1 << v
+        pv, bit = pred[v] & region, 1 << v
         for chosen, c in states.items():
             new[chosen] = new.get(chosen, 0) + c  # v left out
             if not pv & ~chosen:  # v taken: all its producers taken

@@ -1,14 +1,15 @@
 """Large-neighbourhood search (LNS): the exact search on windows of the best plan.
 
-Where the exact search cannot finish, its A* still solves small subproblems instantly. LNS
-frees the groups of the incumbent that touch a *window* of consecutive ops (labels are
-topological, so a window is a stretch of the network: a few blocks), keeps every other
-group as it is (an atom of :class:`~search.exact.ExactSolver`, run as soon as it is ready),
-and solves the freed part exactly, with the incumbent as the first upper bound. The result
-is the best plan that differs from the incumbent only inside the window, so it is never
-worse. Windows slide by half their width from a random offset; after a pass without
-improvement they grow by ``growth``, until one window covers the whole graph (which is the
-exact search itself: then the incumbent is proven optimal, or the time runs out).
+Where the exact search cannot finish, its A* still solves small subproblems quickly. LNS
+frees a *window* of the incumbent, a run of consecutive groups (in the order they execute),
+keeps every other group as it is (an atom of :class:`~search.exact.ExactSolver`, run as soon
+as it is ready), and solves the freed ops exactly, with the incumbent as the first upper
+bound. The result is the best plan that differs from the incumbent only inside the window,
+so it is never worse. A window grows group by group while its ops have at most ``states``
+down-sets (the subproblem's state count); windows slide by half their length from the
+first group, and after a pass without improvement the cap grows by ``growth``, until one window
+holds every group: that is the exact search itself, which either proves the incumbent
+optimal or runs out of time.
 
 Every improvement is proposed through :meth:`FusionProblem.evaluate` (one plan each); the
 search stops at ``time_limit_s`` or when the budget is spent. It starts from the best
@@ -17,15 +18,14 @@ warm-start plan, else from the exact search's greedy dive (docs/design.md, "Sear
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import asdict, dataclass
 
 from fusionplan.ir.errors import ConfigError
-from fusionplan.ir.graph import Group
+from fusionplan.ir.graph import Group, quotient_order
 from fusionplan.planning.result import SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
-from search.exact import ExactSolver, solve
+from search.exact import ExactSolver, count_downsets, solve
 from search.problem import BudgetExhausted, FusionProblem
 from search.result import Recorder
 
@@ -35,18 +35,18 @@ class LNSConfig:
     """Settings of :class:`LargeNeighbourhoodSearch` (``make_search("lns", **fields)``)."""
 
     time_limit_s: float = 10.0  # wall-clock limit of the whole run
-    window: int = 24  # ops in the first windows
-    growth: float = 1.5  # window growth after a pass without improvement
-    window_time_s: float = 2.0  # at most this long on one window
+    states: int = 60  # first cap on a window's down-sets
+    growth: float = 1.5  # cap growth after a pass without improvement
+    window_time_s: float = 1.0  # at most this long on one window
 
     def __post_init__(self) -> None:
         for name in ("time_limit_s", "window_time_s"):
             t = getattr(self, name)
             if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
                 raise ConfigError(f"lns option {name} must be a number > 0, got {t!r}")
-        w = self.window
+        w = self.states
         if isinstance(w, bool) or not isinstance(w, int) or w < 2:
-            raise ConfigError(f"lns option window must be an integer >= 2, got {w!r}")
+            raise ConfigError(f"lns option states must be an integer >= 2, got {w!r}")
         g = self.growth
         if isinstance(g, bool) or not isinstance(g, int | float) or not g > 1:
             raise ConfigError(f"lns option growth must be a number > 1, got {g!r}")
@@ -75,7 +75,6 @@ class LargeNeighbourhoodSearch:
         cfg = self.config
         t0 = time.perf_counter()
         end = t0 + cfg.time_limit_s
-        rng = random.Random(seed)
         rec = Recorder(problem, progress)
         out = self.outcome = LNSOutcome()
         if rec.best is None:
@@ -84,27 +83,52 @@ class LargeNeighbourhoodSearch:
             start.deadline = end
             _, groups = start.dive(state, g0, start.atoms_in(state))
             rec.observe(problem.evaluate([g for g in groups if not g & problem.unfusable]))
-        n = len(problem.graph)
-        width = min(cfg.window, n)
+        cap = cfg.states
         try:
             while time.perf_counter() < end:
-                improved = False
-                offset = rng.randrange(max(width // 2, 1))
-                for lo in range(offset - width // 2, n, max(width // 2, 1)):
-                    if time.perf_counter() >= end:
+                improved, covered, start = False, False, 0
+                while time.perf_counter() < end:
+                    order = self._ordered_groups(problem, rec)
+                    if start >= len(order):
                         break
-                    window = _label_range(max(lo, 0), min(lo + width, n))
-                    improved |= self._solve_window(problem, rec, window, width >= n, end)
-                if width >= n:
+                    window, length = self._window(problem, order, start, cap)
+                    whole = length == len(order)
+                    improved |= self._solve_window(problem, rec, window, whole, end)
+                    covered |= whole
+                    start += max(length // 2, 1)
+                if covered:
                     break  # the whole graph was one window: nothing larger to try
                 if not improved:
-                    width = min(n, int(width * cfg.growth) + 1)
+                    cap = int(cap * cfg.growth) + 1
         except BudgetExhausted:
             pass
         return rec.result(
             self.name, seed, config=asdict(cfg), windows=out.windows,
-            improvements=out.improvements, final_window=width,
+            improvements=out.improvements, final_states=cap,
         )  # fmt: skip
+
+    @staticmethod
+    def _ordered_groups(problem: FusionProblem, rec: Recorder) -> list[Group]:
+        """The incumbent's searched groups in an order they can execute in."""
+        assert rec.best is not None
+        groups = [g for g in rec.best.groups if not g & problem.unfusable]
+        order = quotient_order(problem.graph, groups)
+        assert order is not None, "a valid plan's quotient graph is acyclic"
+        return [groups[i] for i in order]
+
+    @staticmethod
+    def _window(
+        problem: FusionProblem, order: list[Group], start: int, cap: int
+    ) -> tuple[Group, int]:
+        """Consecutive groups from ``start`` while their ops have <= ``cap`` down-sets
+        (always one group at least); the window's ops and how many groups it holds."""
+        window, length = order[start], 1
+        for grp in order[start + 1 :]:
+            if not count_downsets(problem.graph, cap, region=window | grp)[1]:
+                break
+            window |= grp
+            length += 1
+        return window, length
 
     def _solve_window(
         self, problem: FusionProblem, rec: Recorder, window: Group, whole: bool, end: float
@@ -129,10 +153,6 @@ class LargeNeighbourhoodSearch:
         rec.observe(problem.evaluate([g for g in found.groups if not g & unf]))
         out.improvements += 1
         return True
-
-
-def _label_range(lo: int, hi: int) -> Group:
-    return ((1 << hi) - 1) & ~((1 << lo) - 1)
 
 
 SEARCHES.register(

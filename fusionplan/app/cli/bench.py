@@ -17,6 +17,12 @@ from fusionplan.app.bench.batching import plot as plot_batching
 from fusionplan.app.bench.batching import run_bench as run_batching_bench
 from fusionplan.app.bench.batching import write_markdown as write_batching_markdown
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
+from fusionplan.app.bench.certified import (
+    CertifiedConfig,
+    certified_models,
+    run_certified,
+    run_exact_table,
+)
 from fusionplan.app.bench.scaling import job_timing
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.bench.streams import MODELS as STREAMS_MODELS
@@ -414,3 +420,85 @@ def bench_scaling(source, cores, scale) -> None:
     if not timing.task_seconds:
         raise ConfigError(f"{source} recorded no task times; rerun the job to measure them")
     click.echo(scaling_markdown(timing.scaled(scale) if scale != 1 else timing, counts))
+
+
+@bench_group.command("certified")
+@click.option(
+    "--models", help="Comma list (default: the zoo, then every torchvision classification model)."
+)
+@click.option("--schemes", default="lbdf,brr", show_default=True, help="Comma list.")
+@click.option("--buffers", default="128KB,512KB", show_default=True, help="Comma list.")
+@click.option("--ls-budget", type=int, default=5000, show_default=True)
+@click.option(
+    "--exact-limit",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds of exact search on cells auto did not prove (0: skip).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=OutputPath(directory=True),
+    default="bench-out/certified",
+    show_default=True,
+    help="Finished cells (runs.jsonl); rerunning resumes.",
+)
+@click.option(
+    "--report",
+    type=OutputPath(),
+    help="Markdown file for the table (default "
+    "OUT/certified.md); only its generated section is replaced.",
+)
+@click.option("-q", "--quiet", is_flag=True)
+def bench_certified(models, schemes, buffers, ls_budget, exact_limit, out_dir, report, quiet):
+    """The default auto search on every model with its certified gap, LS beside it, and
+    the optimum where a longer exact search proves it (docs/design.md, "Certified plans")."""
+    report = report or str(Path(out_dir) / "certified.md")
+    config = CertifiedConfig(
+        schemes=_names(schemes) or (),
+        buffers=_names(buffers) or (),
+        ls_budget=ls_budget,
+        exact_limit_s=exact_limit,
+    )
+    names = _names(models) or certified_models()
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    with progress_bar("certified cells", enabled=not quiet) as progress:
+        rows = run_certified(
+            names,
+            config,
+            out_dir,
+            report,
+            command=command or "fusionplan bench certified",
+            progress=progress,
+        )
+    click.echo(f"wrote {report} ({len(rows)} cells)")
+
+
+@bench_group.command("exact")
+@click.option("--models", help="Comma list (default: the zoo).")
+@click.option("--schemes", default="lbdf,brr", show_default=True, help="Comma list.")
+@click.option("--buffers", default="64KB,128KB,256KB,512KB,1MB,2MB", show_default=True)
+@click.option("--time-limit", type=float, default=60.0, show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=OutputPath(directory=True),
+    default="bench-out/exact",
+    show_default=True,
+)
+@click.option("--report", type=OutputPath(), help="Markdown file (default OUT/exact.md).")
+def bench_exact(models, schemes, buffers, time_limit, out_dir, report):
+    """Time, states and peak heap for the exact search to prove the optimum."""
+    report = report or str(Path(out_dir) / "exact.md")
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    rows = run_exact_table(
+        _names(models) or zoo_names(),
+        _names(schemes) or (),
+        _names(buffers) or (),
+        time_limit,
+        out_dir,
+        report,
+        command=command or "fusionplan bench exact",
+    )
+    click.echo(f"wrote {report} ({len(rows)} cells)")
