@@ -1,0 +1,186 @@
+"""Certified plans (search/certify.py, accel_model/bounds.py, search/lns.py, search/auto.py).
+
+* The traffic bound is admissible (never above the brute-force optimum) and consistent
+  along every step of random plans, and a tensor between two ops that can never share a
+  group is charged its write and its read (a hand-computed case);
+* the solver with frozen groups (LNS's subproblem) finds the best plan that keeps them:
+  the brute-force optimum when they are groups of an optimal plan;
+* LNS is never worse than its start and proves the optimum on small graphs; auto returns
+  the proven optimum when the exact search finishes and a valid plan with a sound bound
+  when it does not;
+* every search's plan carries a certificate whose bound is at most the optimum, shown by
+  ``fusionplan plan`` (defaults) and stored in the plan JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+
+import pytest
+
+from accel_model import Accelerator
+from accel_model.bounds import TrafficBound, plan_lower_bound
+from accel_model.lbdf import LBDF
+from fusionplan.ir.graph import Node, OpGraph, Tensor, bits
+from fusionplan.planning.split import make_splitter
+from search import FusionProblem, make_search
+from search.certify import certify
+from search.exact import ExactSolver, count_downsets, solve
+from tests.random_dags import random_dag
+from tests.test_cli import invoke
+from tests.test_exact import CASES, _medium_graph_problem, brute_force, case_problem
+
+
+@functools.cache
+def optimum(seed: int, scheme: str) -> tuple[int, tuple[int, ...]]:
+    dram, plan, _ = brute_force(seed, scheme)
+    return dram, plan
+
+
+# ------------------------------------------------------------------------ the bound
+@pytest.mark.parametrize("seed,scheme", CASES[::2])
+def test_traffic_bound_admissible_and_consistent(seed, scheme):
+    problem = case_problem(seed, scheme)
+    opt, plan = optimum(seed, scheme)
+    cm = problem.cost_model
+    bound = TrafficBound(cm, [1 << v for v in bits(problem.unfusable)])
+    assert bound.total() == plan_lower_bound(cm) <= opt
+    # along the optimal plan, in an order its groups can run in: each step pays its drop
+    done, pending = 0, list(plan)
+    while pending:
+        step = next(g for g in pending if not _preds(problem.graph, g) & ~done)
+        pending.remove(step)
+        assert bound.remaining(done) <= cm.cost(step).dram + bound.remaining(done | step)
+        done |= step
+    assert bound.remaining(done) == 0
+
+
+def _preds(graph: OpGraph, group: int) -> int:
+    out = 0
+    for v in bits(group):
+        out |= graph.pred_mask[v]
+    return out & ~group
+
+
+def _two_convs() -> OpGraph:
+    """x -> conv a (100 weights) -> t -> conv b (100 weights) -> y; tensors 4x8x8 = 256."""
+    tensors = [Tensor("x", (4, 8, 8), -1), Tensor("t", (4, 8, 8), 0), Tensor("y", (4, 8, 8), 1)]
+    nodes = [
+        Node("a", "Conv", "conv", (0,), (1,), weights=100),
+        Node("b", "Conv", "conv", (1,), (2,), weights=100),
+    ]
+    return OpGraph.build("two", nodes, tensors, [0], [2])
+
+
+def test_separated_tensor_is_charged_both_ways():
+    """Each conv fits alone (100 weights + its 1-row line buffer of 32 < 160) but not
+    together: t must be written and read back, 2 x 256 B beyond io + weights."""
+    graph = _two_convs()
+    cm = LBDF(graph, Accelerator(160, "lbdf"))
+    assert cm.is_valid(1) and cm.is_valid(2) and not cm.is_valid(3)
+    bound = TrafficBound(cm, [])
+    assert bound.separated_tensors == 1
+    assert bound.total() == 256 + 256 + 200 + 2 * 256
+    best = make_search("exact").run(FusionProblem(cm, make_splitter("tree", cm, 0), 1), 0)
+    assert best.best.dram == bound.total()  # the bound is tight here: splitting is forced
+    roomy = LBDF(graph, Accelerator(10_000, "lbdf"))
+    assert TrafficBound(roomy, []).total() == 256 + 256 + 200  # fusable: nothing forced
+
+
+# ------------------------------------------------------------------------ frozen groups
+@pytest.mark.parametrize("seed,scheme", CASES[1::3])
+def test_frozen_groups_of_an_optimum_keep_it(seed, scheme):
+    problem = case_problem(seed, scheme)
+    opt, plan = optimum(seed, scheme)
+    rng = random.Random(seed)
+    fused = [g for g in plan if not g & problem.unfusable]
+    frozen = rng.sample(fused, k=len(fused) // 2)
+    solver = ExactSolver(problem.cost_model, problem.unfusable, frozen)
+    out = solve(solver, float("inf"), 0.0, float("inf"))
+    assert out.optimal and out.dram == opt
+    assert all(g in out.groups for g in frozen)
+    problem.to_plan(problem._candidate(tuple(sorted(out.groups)))).validate()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_count_downsets_of_a_region(seed):
+    graph = random_dag(seed, max_nodes=12)
+    region = random.Random(seed).getrandbits(len(graph)) & graph.all_nodes
+    pred = graph.pred_mask
+    subsets = [s for s in range(1 << len(graph)) if not s & ~region]
+    want = sum(all(not pred[v] & region & ~s for v in bits(s)) for s in subsets)
+    assert count_downsets(graph, 10**9, region=region) == (want, True)
+
+
+# ------------------------------------------------------------------------ LNS and auto
+@pytest.mark.parametrize("seed,scheme", CASES[::4])
+def test_lns_never_worse_and_proves_small_optima(seed, scheme):
+    problem = case_problem(seed, scheme, budget=200)
+    start = make_search("rs").run(case_problem(seed, scheme, budget=2), seed).best
+    problem.warm_start = [start.groups]
+    lns = make_search("lns", time_limit_s=5.0)
+    result = lns.run(problem, seed)
+    assert result.best.dram <= start.dram
+    assert lns.outcome.optimal and result.best.dram == optimum(seed, scheme)[0]
+    problem.to_plan(result.best).validate()
+
+
+@pytest.mark.parametrize("seed,scheme", CASES[2::5])
+def test_auto_returns_the_proven_optimum(seed, scheme):
+    result = make_search("auto").run(case_problem(seed, scheme, budget=50), 0)
+    assert result.algorithm == "auto" and result.extra["auto_stage"] == "exact"
+    assert result.exact.optimal and result.best.dram == optimum(seed, scheme)[0]
+    assert result.exact.gap == 0.0
+
+
+def test_auto_past_its_exact_share_still_certifies():
+    full = make_search("exact").run(_medium_graph_problem(), 0).best.dram  # the optimum
+    problem = _medium_graph_problem()
+    problem.budget = 100  # LNS proposes each improvement
+    result = make_search("auto", time_limit_s=0.3, exact_share=0.01).run(problem, 0)
+    assert result.extra["auto_stage"] == "lns"
+    bound = result.exact.lower_bound_bytes
+    assert bound <= full <= result.best.dram
+    assert result.exact.optimal == (result.best.dram == bound)
+    assert result.exact.gap == pytest.approx((result.best.dram - bound) / bound)
+    problem.to_plan(result.best).validate()
+
+
+# ------------------------------------------------------------------------ certificates
+@pytest.mark.parametrize("seed,scheme", CASES[::3])
+@pytest.mark.parametrize("seconds", [0.0, 5.0])
+def test_certificate_of_a_heuristic_plan(seed, scheme, seconds):
+    opt = optimum(seed, scheme)[0]
+    problem = case_problem(seed, scheme, budget=3)
+    result = make_search("rs").run(problem, seed)
+    cert = certify(problem, result, seconds)
+    assert cert.lower_bound_bytes <= opt <= result.best.dram
+    if seconds:  # A* finishes on these graphs: the optimum itself
+        assert cert.lower_bound_bytes == opt
+        assert cert.method == ("optimal" if result.best.dram == opt else "exact optimum")
+    else:
+        assert cert.method == "traffic bound"
+    assert cert.gap == pytest.approx((result.best.dram - cert.lower_bound_bytes)
+                                     / cert.lower_bound_bytes)  # fmt: skip
+
+
+def test_plan_defaults_print_bound_and_gap(tmp_path):
+    out = invoke("plan", "resnet18", "--buffer", "128KB", "-q").output
+    assert "search       auto" in out
+    assert "lower bound" in out and "(optimal), gap 0.00%" in out
+    path = tmp_path / "p.json"
+    invoke("plan", "resnet18", "--search", "ls", "--budget", "50", "--bound-time", "0",
+           "-q", "-o", path)  # fmt: skip
+    metrics = json.loads(path.read_text())["metrics"]
+    assert metrics["bound_method"] == "traffic bound"
+    assert 0 < metrics["lower_bound_bytes"] <= metrics["dram_bytes"]
+    assert metrics["gap"] == pytest.approx(
+        (metrics["dram_bytes"] - metrics["lower_bound_bytes"]) / metrics["lower_bound_bytes"]
+    )
+
+
+def test_sweep_table_has_the_gap():
+    out = invoke("sweep", "resnet18", "--buffers", "64KB,128KB", "-q").output
+    assert "gap" in out and "0.00%" in out
