@@ -194,7 +194,11 @@ def test_metrics_split_fusable_and_unfusable(b):
     assert m.mbu_bytes == fused.buffer == b * (148 + 3 * 32 + 32)
     assert alone.buffer > m.mbu_bytes
     assert (m.groups, m.fused_groups, m.unfusable_ops) == (2, 1, 1)
-    assert m.lower_bound_bytes == b * (256 + 512 + 148 + 296)
+    assert m.compulsory_bytes == b * (256 + 512 + 148 + 296)
+    # no search ran: the traffic bound (docs/cost-model.md, "Lower bounds"): conv2 alone
+    # (an atom) 1320, the other weights 148, x read 256, relu's output written for conv2 256
+    assert m.lower_bound_bytes == b * (1320 + 148 + 256 + 256) == m.dram_bytes
+    assert (m.gap, m.bound_method) == (0.0, "traffic bound")
     d = m.as_dict()
     assert d["dram_bytes"] == m.dram_bytes and d["mbu_kb"] == m.mbu_kb
 
