@@ -121,12 +121,13 @@ class CostModel(ABC):
         """sum |t| over ext_in(g) and ext_out(g), each distinct tensor once."""
         seen_in: set[int] = set()
         total = 0
+        ins, outs = self._in, self._out
         for v in bits(group):
-            for ti, producer, size in self._in[v]:
+            for ti, producer, size in ins[v]:
                 if (producer < 0 or not (group >> producer) & 1) and ti not in seen_in:
                     seen_in.add(ti)
                     total += size
-            for consumers, is_output, size in self._out[v]:
+            for consumers, is_output, size in outs[v]:
                 if is_output or consumers & ~group:
                     total += size
         return total

@@ -46,8 +46,15 @@ class BRR(CostModel):
         self._heights_positive = all(x.shape[1] >= 1 for x in t)
         self._window = tuple(row_window(graph, v) for v in range(len(graph)))
         self._out_hw = tuple(graph.out_shape(v) for v in range(len(graph)))
-        self._in_info = tuple(
-            tuple((ti, t[ti].producer, t[ti].shape) for ti in n.inputs) for n in graph.nodes
+        # per op: its weights, its consumer ops, and its inputs as (tensor, producer, C*W, H)
+        self._weights = tuple(n.weights for n in graph.nodes)
+        self._consumers = tuple(tuple(bits(m)) for m in graph.succ_mask)
+        self._ext_in = tuple(
+            tuple(
+                (ti, t[ti].producer, t[ti].shape[0] * t[ti].shape[2], t[ti].shape[1])
+                for ti in n.inputs
+            )
+            for n in graph.nodes
         )
 
     def monotone_over_downsets(self) -> bool:
@@ -70,38 +77,61 @@ class BRR(CostModel):
         return self.b * total
 
     def terms(self, group: Group) -> BRRTerms:
-        """Footprint, row step and tiling of ``group`` (elements, not bytes; see BRRTerms)."""
-        succ = self.graph.succ_mask
+        """Footprint, row step and tiling of ``group`` (elements, not bytes; see BRRTerms).
+
+        The exact search costs hundreds of thousands of groups on a branchy graph, so the
+        loop is written flat: per-op tables, ``input_rows`` inlined (same arithmetic).
+        """
+        consumers_of, window, out_hw, ext_in = (
+            self._consumers,
+            self._window,
+            self._out_hw,
+            self._ext_in,
+        )
+        ceil = math.ceil
+        node_weights = self._weights
         rows: dict[int, int] = {}
         scale: dict[int, float] = {}
         ext_rows: dict[int, tuple[int, int]] = {}  # external tensor -> (rows, C*W)
-        footprint = 0
+        footprint = weights = 0
         row_step = 0.0
         last_height = 1
-        for v in reversed(list(bits(group))):
-            c_out, h_out, w_out = self._out_hw[v]
-            consumers = succ[v] & group
-            if not consumers:
-                rows[v], scale[v] = 1, 1.0
-                last_height = max(last_height, h_out)
-            else:
-                need, sc = 0, 0.0
-                for c in bits(consumers):
-                    k, s = self._window[c]
-                    need = max(need, input_rows(k, s, rows[c], h_out))
-                    sc = max(sc, scale[c] * s)
-                rows[v], scale[v] = need, sc
-            footprint += c_out * rows[v] * w_out
-            row_step += c_out * scale[v] * w_out
-            k, s = self._window[v]
-            for ti, producer, (c_in, h_in, w_in) in self._in_info[v]:
-                if producer >= 0 and (group >> producer) & 1:
+        for v in reversed(bits(group)):
+            weights += node_weights[v]
+            c_out, h_out, w_out = out_hw[v]
+            need, sc, sink = 0, 0.0, True
+            for c in consumers_of[v]:
+                if group >> c & 1:
+                    sink = False
+                    k, s = window[c]
+                    n = ceil((rows[c] - 1) * s + k - 1e-9)
+                    if n > h_out:
+                        n = h_out
+                    if n > need:
+                        need = n
+                    x = scale[c] * s
+                    if x > sc:
+                        sc = x
+            if sink:
+                need, sc = 1, 1.0
+                if h_out > last_height:
+                    last_height = h_out
+            rows[v], scale[v] = need, sc
+            footprint += c_out * need * w_out
+            row_step += c_out * sc * w_out
+            k, s = window[v]
+            for ti, producer, cw, h_in in ext_in[v]:
+                if producer >= 0 and group >> producer & 1:
                     continue
-                need = input_rows(k, s, rows[v], h_in)
-                prev = ext_rows.get(ti, (0, 0))[0]
-                ext_rows[ti] = (max(prev, need), c_in * w_in)
+                n = ceil((need - 1) * s + k - 1e-9)
+                if n > h_in:
+                    n = h_in
+                prev = ext_rows.get(ti)
+                kept = 0 if prev is None else prev[0]
+                if prev is None or n > kept:
+                    ext_rows[ti] = (n if n > kept else kept, cw)
         footprint += sum(r * cw for r, cw in ext_rows.values())
-        tt = BRRTerms(footprint, row_step, last_height, self.weight_elements(group))
+        tt = BRRTerms(footprint, row_step, last_height, weights)
         b, beta = self.b, self.beta
         if b * footprint >= beta:
             tt.resident, tt.h_tile = False, 0  # invalid: layer by layer, weights read once

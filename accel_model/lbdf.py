@@ -39,6 +39,7 @@ class LBDF(CostModel):
                 )
             )
         self._node_terms = tuple(terms)
+        self._weights = tuple(n.weights for n in graph.nodes)
 
     def monotone_over_downsets(self) -> bool:
         return True  # every node's terms are fixed once its in-group producers are
@@ -49,18 +50,29 @@ class LBDF(CostModel):
         return self.b * (self.weight_elements(nodes) + line)
 
     def buffer_terms(self, group: Group) -> tuple[int, int, int]:
-        """(weight, line-buffer, skip-buffer) elements of ``group``; see the module doc."""
+        """(weight, line-buffer, skip-buffer) elements of ``group``; see the module doc.
+
+        Written flat (the exact search costs hundreds of thousands of groups)."""
         delay: dict[int, int] = {}
-        line = skip = 0
+        node_terms, node_weights = self._node_terms, self._weights
+        weights = line = skip = 0
         for v in bits(group):
-            line_v, lag, ins = self._node_terms[v]
+            line_v, lag, ins = node_terms[v]
+            weights += node_weights[v]
             line += line_v
-            in_group = [(delay[p], row) for p, row in ins if p >= 0 and (group >> p) & 1]
-            ready = max((d for d, _ in in_group), default=0)
-            if len(in_group) > 1:
-                skip += sum((ready - d) * row for d, row in in_group)
+            ready, count, rows_sum, lagged = 0, 0, 0, 0
+            for p, row in ins:
+                if p >= 0 and group >> p & 1:
+                    d = delay[p]
+                    count += 1
+                    rows_sum += row
+                    lagged += d * row
+                    if d > ready:
+                        ready = d
+            if count > 1:  # sum of (ready - d) * row over the in-group inputs
+                skip += ready * rows_sum - lagged
             delay[v] = ready + lag
-        return self.weight_elements(group), line, skip
+        return weights, line, skip
 
     def _compute(self, group: Group) -> GroupCost:
         weights, line, skip = self.buffer_terms(group)

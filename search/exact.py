@@ -247,6 +247,8 @@ class ExactSolver:
     def absorb(self, done: Group, new: Group) -> Group:
         """Atoms that become ready (transitively) once ``new`` is executed."""
         succ, unf, atom_of, atom_pred = self.succ, self.unf, self.atom_of, self.atom_pred
+        if not unf:
+            return 0  # no atoms (everything fits alone): most branchy BRR cases
         absorbed = 0
         while new:
             cand = 0
