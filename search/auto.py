@@ -3,15 +3,16 @@ plan found with a certified gap (docs/design.md, "Search").
 
 1. The exact search (A* over down-sets) runs for ``exact_share`` of ``time_limit_s``. If it
    finishes, its plan is the proven optimum and auto returns it.
-2. Otherwise (time out, or a graph with more than ``max_downsets`` down-sets, which the
-   exact search refuses) the large-neighbourhood search continues for the rest of the time,
-   starting from the exact search's best plan (A*'s greedy dives), and auto returns its plan.
-   The lower bound is A*'s (the smallest f over its open states when time ran out), or the
-   static traffic bound when A* never ran; a final LNS window that covers the whole graph
-   and finishes proves the optimum after all.
+2. Otherwise the large-neighbourhood search runs for ``lns_share`` of the time, starting
+   from the exact search's best plan.
+3. The exact search runs again for the rest of the time with LNS's plan as its first upper
+   bound: A* prunes every state whose bound reaches it, so it often proves that plan optimal
+   (or finds better) where the first run, bounded only by a greedy dive, could not.
 
-The result's ``exact`` field holds the bound and the A* counters; ``extra`` says which stage
-answered (``auto_stage``: ``"exact"`` or ``"lns"``).
+A graph with more than ``max_downsets`` down-sets (which the exact search refuses) gets LNS
+for the whole time and the static traffic bound. The result's ``exact`` field holds the
+best bound of the A* runs and their counters; ``extra["auto_stage"]`` says which stage found
+the returned plan (``"exact"``, ``"lns"`` or ``"exact after lns"``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from search.problem import FusionProblem
 class AutoConfig:
     """Settings of :class:`AutoSearch` (``make_search("auto", **fields)``)."""
 
-    time_limit_s: float = 10.0  # wall-clock limit of both stages together
-    exact_share: float = 0.5  # of it for the exact search
+    time_limit_s: float = 10.0  # wall-clock limit of all stages together
+    exact_share: float = 0.2  # of it for the first exact search
+    lns_share: float = 0.3  # of it for LNS; the rest for the second exact search
     max_downsets: int = DEFAULT_MAX_DOWNSETS  # above this, skip straight to LNS
     window_states: int = 60  # LNS's first cap on a window's down-sets
 
@@ -41,9 +43,12 @@ class AutoConfig:
         t = self.time_limit_s
         if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
             raise ConfigError(f"auto option time_limit_s must be a number > 0, got {t!r}")
-        s = self.exact_share
-        if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s <= 1:
-            raise ConfigError(f"auto option exact_share must be in (0, 1], got {s!r}")
+        for name in ("exact_share", "lns_share"):
+            s = getattr(self, name)
+            if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s <= 1:
+                raise ConfigError(f"auto option {name} must be in (0, 1], got {s!r}")
+        if self.exact_share + self.lns_share > 1:
+            raise ConfigError("auto options exact_share + lns_share must be at most 1")
         m = self.max_downsets
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise ConfigError(f"auto option max_downsets must be an integer >= 1, got {m!r}")
@@ -60,18 +65,21 @@ class AutoSearch:
         check_start(problem)
         cfg = self.config
         t0 = time.perf_counter()
+        limit = cfg.time_limit_s
+        tractable = count_downsets(problem.graph, cfg.max_downsets)[1]
         exact: ExactBound | None = None
-        if count_downsets(problem.graph, cfg.max_downsets)[1]:
-            first = ExactSearch(
-                time_limit_s=cfg.exact_share * cfg.time_limit_s, max_downsets=cfg.max_downsets
-            ).run(problem, seed, progress)
+        if tractable:
+            first = self._exact(problem, seed, progress, cfg.exact_share * limit)
             exact = first.exact
             assert exact is not None
             if exact.optimal or problem.remaining < 1:
                 return self._finish(first, t0, exact, "exact")
             problem.warm_start = [*problem.warm_start, first.best.groups]
-        left = cfg.time_limit_s - (time.perf_counter() - t0)
-        lns = LargeNeighbourhoodSearch(time_limit_s=max(left, 1e-3), states=cfg.window_states)
+        share = cfg.lns_share if tractable else 1.0
+        left = limit - (time.perf_counter() - t0)
+        lns = LargeNeighbourhoodSearch(
+            time_limit_s=max(min(share * limit, left), 1e-3), states=cfg.window_states
+        )
         second = lns.run(problem, seed, progress)
         found = lns.outcome
         if found.optimal:
@@ -82,11 +90,33 @@ class AutoSearch:
         if exact is None:
             exact = ExactBound(False, 0, 0.0, 0, 0, 0, 0, 0, False)
         exact = replace(exact, optimal=found.optimal, lower_bound_bytes=bound)
-        return self._finish(second, t0, exact, "lns")
+        left = limit - (time.perf_counter() - t0)
+        if found.optimal or not tractable or left <= 0 or problem.remaining < 1:
+            return self._finish(second, t0, exact, "lns")
+        problem.warm_start = [*problem.warm_start, second.best.groups]
+        third = self._exact(problem, seed, progress, left)
+        again = third.exact
+        assert again is not None
+        exact = replace(
+            again, lower_bound_bytes=max(bound, again.lower_bound_bytes),
+            states=exact.states + again.states,
+        )  # fmt: skip
+        stage = "exact after lns" if third.best.dram < second.best.dram else "lns"
+        merged = replace(third, extra={**second.extra, **third.extra})
+        return self._finish(merged, t0, exact, stage)
+
+    def _exact(
+        self, problem: FusionProblem, seed: int, progress: Progress | None, seconds: float
+    ) -> SearchResult:
+        cfg = self.config
+        search = ExactSearch(time_limit_s=max(seconds, 1e-3), max_downsets=cfg.max_downsets)
+        return search.run(problem, seed, progress)
 
     def _finish(
         self, result: SearchResult, t0: float, exact: ExactBound, stage: str
     ) -> SearchResult:
+        if not exact.optimal and exact.lower_bound_bytes >= result.best.dram:
+            exact = replace(exact, optimal=True)  # the bound reached the plan: proven
         gap = 0.0 if exact.optimal else relative_gap(result.best.dram, exact.lower_bound_bytes)
         return replace(
             result,
