@@ -151,16 +151,14 @@ def run_certified(
                 progress(done, len(cells))
         rows = [store.rows[k] for c in cells if (k := config.key(*c)) in store.rows]
         minutes = (time.perf_counter() - started) / 60
-        write_text_atomic(
-            report_path,
-            splice(
-                Path(report_path),
-                certified_section(rows, config, command, minutes),
-                begin=BEGIN,
-                end=END,
-            ),
-        )
+        _publish(report_path, certified_section(rows, config, command, minutes), BEGIN, END)
     return [store.rows[k] for c in cells if (k := config.key(*c)) in store.rows]
+
+
+def _publish(report_path: str | Path, section: str, begin: str, end: str) -> None:
+    """Replace this bench's generated section of the report (atomically)."""
+    path = Path(report_path)
+    write_text_atomic(path, splice(path, section, begin=begin, end=end))
 
 
 def _mb(x: float | None) -> str:
@@ -275,15 +273,8 @@ def run_exact_table(
             )
         keys = [f"exact|{m}|{s}|{b}|{limit_s}" for m, s, b in cells]
         rows = [store.rows[k] for k in keys if k in store.rows]
-        write_text_atomic(
-            report_path,
-            splice(
-                Path(report_path),
-                exact_section(rows, buffers, command, limit_s),
-                begin=EXACT_BEGIN,
-                end=EXACT_END,
-            ),
-        )
+        section = exact_section(rows, buffers, command, limit_s)
+        _publish(report_path, section, EXACT_BEGIN, EXACT_END)
     keys = [f"exact|{m}|{s}|{b}|{limit_s}" for m, s, b in cells]
     return [store.rows[k] for k in keys if k in store.rows]
 

@@ -1,0 +1,39 @@
+"""``fusionplan bench certified`` and ``bench exact``: a row per cell with auto's bound and
+gap, LS beside it, a resumable store, and the report's generated section only."""
+
+from __future__ import annotations
+
+import json
+
+from fusionplan.app.bench.certified import BEGIN, EXACT_BEGIN
+from tests.test_cli import invoke
+
+
+def test_certified_rows_resume_and_report(tmp_path):
+    out, report = tmp_path / "out", tmp_path / "results.md"
+    report.write_text("# Results\n\nhand-written text\n")
+    args = ("bench", "certified", "--models", "resnet18", "--buffers", "128KB",
+            "--ls-budget", "200", "--out", out, "--report", report, "-q")  # fmt: skip
+    invoke(*args)
+    rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [(r["scheme"], r["buffer"]) for r in rows] == [("lbdf", "128KB"), ("brr", "128KB")]
+    for r in rows:  # auto proves the optimum on ResNet-18, and LS cannot beat it
+        assert r["method"] == "optimal" and r["gap"] == 0.0
+        assert r["optimum_mb"] == r["auto_mb"] <= r["ls_mb"]
+        assert r["bound_mb"] == r["auto_mb"]
+    text = report.read_text()
+    assert text.startswith("# Results\n\nhand-written text\n") and BEGIN in text
+    assert "auto proved the optimum on 2" in text and "| resnet18 | 48 | LBDF | 128KB |" in text
+    invoke(*args)  # resumes: nothing is run again
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 2
+
+
+def test_exact_table(tmp_path):
+    out, report = tmp_path / "out", tmp_path / "exact.md"
+    invoke("bench", "exact", "--models", "resnet18", "--schemes", "lbdf",
+           "--buffers", "64KB,2MB", "--out", out, "--report", report)  # fmt: skip
+    rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [r["buffer"] for r in rows] == ["64KB", "2MB"]
+    assert all(r["optimal"] and r["states"] >= 1 and r["peak_mb"] > 0 for r in rows)
+    text = report.read_text()
+    assert EXACT_BEGIN in text and "| resnet18 | LBDF |" in text
