@@ -96,8 +96,8 @@ class LargeNeighbourhoodSearch:
                     improved |= self._solve_window(problem, rec, window, whole, end)
                     covered |= whole
                     start += max(length // 2, 1)
-                if covered:
-                    break  # the whole graph was one window: nothing larger to try
+                if covered or start == 0:
+                    break  # the whole graph was one window (or nothing is searched)
                 if not improved:
                     cap = int(cap * cfg.growth) + 1
         except BudgetExhausted:

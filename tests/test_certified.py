@@ -30,7 +30,13 @@ from search.certify import certify
 from search.exact import ExactSolver, count_downsets, solve
 from tests.random_dags import random_dag
 from tests.test_cli import invoke
-from tests.test_exact import CASES, _medium_graph_problem, brute_force, case_problem
+from tests.test_exact import (
+    CASES,
+    _medium_graph_problem,
+    brute_force,
+    case_problem,
+    make_problem,
+)
 
 
 @functools.cache
@@ -198,3 +204,11 @@ def test_auto_proves_after_lns_with_its_plan_as_upper_bound():
     assert result.exact.lower_bound_bytes == full and result.exact.gap == 0.0
     assert result.wall_time_s < 20.0
     problem.to_plan(result.best).validate()
+
+
+def test_lns_when_every_op_is_unfusable_returns_at_once():
+    problem = make_problem(random_dag(1000, n_nodes=8), "lbdf", 1, budget=10)  # nothing fits
+    assert problem.unfusable == problem.graph.all_nodes
+    result = make_search("lns", time_limit_s=5.0).run(problem, 0)
+    assert result.wall_time_s < 1.0
+    assert all(g.bit_count() == 1 for g in result.best.groups)
