@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import fusionplan as fp
+
 from fusionplan.app.bench.certified import BEGIN, EXACT_BEGIN
 from tests.test_cli import invoke
 
@@ -37,3 +39,14 @@ def test_exact_table(tmp_path):
     assert all(r["optimal"] and r["states"] >= 1 and r["peak_mb"] > 0 for r in rows)
     text = report.read_text()
     assert EXACT_BEGIN in text and "| resnet18 | LBDF |" in text
+
+
+def test_equal_time_table():
+    out = invoke("bench", "equal-time", "resnet18:lbdf:128KB", "--seconds", "0.3").output
+    line = next(ln for ln in out.splitlines() if ln.startswith("| resnet18 "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    lns, ls, nsga2 = float(cells[3]), float(cells[4].split()[0]), float(cells[5].split()[0])
+    # LNS starts from A*'s greedy dive and re-solves windows exactly: the optimum here
+    optimum = fp.plan("resnet18", buffer="128KB", scheme="lbdf", search="exact").metrics
+    assert lns <= ls and lns <= nsga2 and lns == round(optimum.dram_mb, 3)
+    assert cells[6].startswith("LNS")

@@ -309,3 +309,52 @@ def exact_section(rows: Sequence[Row], buffers: Sequence[str], command: str, lim
             f"| {model} | {scheme.upper()} | " + " | ".join(times) + f" | {states} | {peak:.1f} |"
         )
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- equal wall time
+def equal_time_cell(graph: OpGraph, scheme: str, buffer: str, seconds: float) -> Row:
+    """LNS for ``seconds`` against LS and NSGA-II given the same wall time: each runs a
+    budget long enough to pass ``seconds`` and is read off its improvement trace at the
+    plan count its own throughput reaches in ``seconds`` (every run is a prefix of a longer
+    one with the same seed)."""
+    row: Row = {}
+    for name, budget in (("ls", 60_000), ("nsga2", 20_000)):
+        request = PlanRequest(
+            buffer=buffer, scheme=scheme, search=name, budget=budget, bound_time_s=0.0
+        )
+        result = plan_graph(graph, request).result
+        assert result is not None
+        reach = int(result.plans_per_second * seconds)
+        best = min((dram for n, dram in result.trace if n <= reach), default=None)
+        row[name] = None if best is None else best / MB
+        row[f"{name}_plans"] = reach
+        row[f"{name}_passed"] = result.wall_time_s >= seconds  # the budget was long enough
+    request = PlanRequest(
+        buffer=buffer, scheme=scheme, search="lns", bound_time_s=0.0,
+        search_options={"time_limit_s": seconds},
+    )  # fmt: skip
+    row["lns"] = plan_graph(graph, request).metrics.dram_mb
+    return row
+
+
+def equal_time_table(cells: Sequence[tuple[str, str, str]], seconds: float) -> str:
+    """The markdown table of :func:`equal_time_cell` over ``cells`` (model, scheme, buffer)."""
+    lines = [
+        f"| model | scheme | buffer | LNS {seconds:.0f} s MB | LS MB (plans) "
+        f"| NSGA-II MB (plans) | best |",
+        "|" + " --- |" * 7,
+    ]
+    graphs: dict[str, OpGraph] = {}
+    for model, scheme, buffer in cells:
+        graph = graphs.setdefault(model, load(model))
+        r = equal_time_cell(graph, scheme, buffer, seconds)
+        values = {"LNS": r["lns"], "LS": r["ls"], "NSGA-II": r["nsga2"]}
+        low = min(v for v in values.values() if v is not None)
+        best = " = ".join(k for k, v in values.items() if v == low)
+        marks = {k: "" if r[f"{k}_passed"] else " (budget short)" for k in ("ls", "nsga2")}
+        lines.append(
+            f"| {model} | {scheme.upper()} | {buffer} | {_mb(r['lns'])} | "
+            f"{_mb(r['ls'])} ({r['ls_plans']}){marks['ls']} | "
+            f"{_mb(r['nsga2'])} ({r['nsga2_plans']}){marks['nsga2']} | {best} |"
+        )
+    return "\n".join(lines)

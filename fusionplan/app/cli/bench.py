@@ -20,6 +20,7 @@ from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, ru
 from fusionplan.app.bench.certified import (
     CertifiedConfig,
     certified_models,
+    equal_time_table,
     run_certified,
     run_exact_table,
 )
@@ -502,3 +503,22 @@ def bench_exact(models, schemes, buffers, time_limit, out_dir, report):
         command=command or "fusionplan bench exact",
     )
     click.echo(f"wrote {report} ({len(rows)} cells)")
+
+
+@bench_group.command("equal-time")
+@click.argument("cells", nargs=-1, required=True)
+@click.option("--seconds", type=float, default=10.0, show_default=True)
+def bench_equal_time(cells, seconds):
+    """LNS against LS and NSGA-II at equal wall time on CELLS (MODEL:SCHEME:BUFFER, e.g.
+    googlenet:brr:128KB); prints a markdown table."""
+    parsed = []
+    for cell in cells:
+        parts = cell.split(":")
+        if len(parts) != 3:
+            raise ConfigError(
+                f"cell {cell!r} is not MODEL:SCHEME:BUFFER (e.g. googlenet:brr:128KB)"
+            )
+        parsed.append((parts[0], parts[1].lower(), parts[2]))
+    for _, scheme, buffer in parsed:
+        PlanRequest(buffer=buffer, scheme=scheme).check()
+    click.echo(equal_time_table(parsed, seconds))
