@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import fusionplan as fp
-
 from fusionplan.app.bench.certified import BEGIN, EXACT_BEGIN
 from tests.test_cli import invoke
 
