@@ -3,8 +3,9 @@ plan found with a certified gap (docs/design.md, "Search").
 
 1. The exact search (A* over down-sets) runs for ``exact_share`` of ``time_limit_s``. If it
    finishes, its plan is the proven optimum and auto returns it.
-2. Otherwise the large-neighbourhood search runs for ``lns_share`` of the time, starting
-   from the exact search's best plan.
+2. Otherwise a local search of ``ls_budget`` plans (counted apart from auto's own budget)
+   gives a second opinion, and the large-neighbourhood search runs for ``lns_share`` of the
+   time, starting from the better of the exact search's and the local search's plans.
 3. The exact search runs again for the rest of the time with LNS's plan as its first upper
    bound: A* prunes every state whose bound reaches it, so it often proves that plan optimal
    (or finds better) where the first run, bounded only by a greedy dive, could not.
@@ -26,6 +27,7 @@ from search.base import SEARCHES, Progress, build_config, check_start
 from search.certify import DEFAULT_MAX_DOWNSETS, relative_gap
 from search.exact import ExactSearch, ExactSolver, count_downsets
 from search.lns import LargeNeighbourhoodSearch
+from search.local_search import LocalSearch
 from search.problem import FusionProblem
 
 
@@ -35,7 +37,8 @@ class AutoConfig:
 
     time_limit_s: float = 10.0  # wall-clock limit of all stages together
     exact_share: float = 0.2  # of it for the first exact search
-    lns_share: float = 0.3  # of it for LNS; the rest for the second exact search
+    lns_share: float = 0.4  # of it for LNS; the rest for the second exact search
+    ls_budget: int = 2000  # plans of a local search (its own count) that also seeds LNS
     max_downsets: int = DEFAULT_MAX_DOWNSETS  # above this, skip straight to LNS
     window_states: int = 60  # LNS's first cap on a window's down-sets
 
@@ -49,9 +52,15 @@ class AutoConfig:
                 raise ConfigError(f"auto option {name} must be in (0, 1], got {s!r}")
         if self.exact_share + self.lns_share > 1:
             raise ConfigError("auto options exact_share + lns_share must be at most 1")
-        m = self.max_downsets
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ConfigError(f"auto option max_downsets must be an integer >= 1, got {m!r}")
+        for name in ("max_downsets", "ls_budget"):
+            m = getattr(self, name)
+            if (
+                isinstance(m, bool)
+                or not isinstance(m, int)
+                or m < 0
+                or (m == 0 and name == "max_downsets")
+            ):
+                raise ConfigError(f"auto option {name} must be a whole number, got {m!r}")
 
 
 class AutoSearch:
@@ -75,6 +84,10 @@ class AutoSearch:
             if exact.optimal or problem.remaining < 1:
                 return self._finish(first, t0, exact, "exact")
             problem.warm_start = [*problem.warm_start, first.best.groups]
+        if cfg.ls_budget:  # a cheap second opinion LNS can start from (its own budget)
+            scout = FusionProblem(problem.cost_model, problem.splitter, cfg.ls_budget)
+            found_ls = LocalSearch().run(scout, seed)
+            problem.warm_start = [*problem.warm_start, found_ls.best.groups]
         share = cfg.lns_share if tractable else 1.0
         left = limit - (time.perf_counter() - t0)
         lns = LargeNeighbourhoodSearch(
