@@ -3,7 +3,8 @@ plan found with a certified gap (docs/design.md, "Search").
 
 1. The exact search (A* over down-sets) runs for ``exact_share`` of ``time_limit_s``. If it
    finishes, its plan is the proven optimum and auto returns it.
-2. Otherwise a local search of ``ls_budget`` plans (counted apart from auto's own budget)
+2. Otherwise a local search of ``ls_budget`` plans (counted apart from auto's own budget;
+   fewer where a 50-plan pilot shows they would take more than ``scout_share`` of the time)
    gives a second opinion, and the large-neighbourhood search runs for ``lns_share`` of the
    time, starting from the better of the exact search's and the local search's plans.
 3. The exact search runs again for the rest of the time with LNS's plan as its first upper
@@ -22,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import Group
 from fusionplan.planning.result import ExactBound, SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
 from search.certify import DEFAULT_MAX_DOWNSETS, relative_gap
@@ -37,8 +39,9 @@ class AutoConfig:
 
     time_limit_s: float = 10.0  # wall-clock limit of all stages together
     exact_share: float = 0.2  # of it for the first exact search
-    lns_share: float = 0.4  # of it for LNS; the rest for the second exact search
+    lns_share: float = 0.3  # of it for LNS; the rest for the second exact search
     ls_budget: int = 2000  # plans of a local search (its own count) that also seeds LNS
+    scout_share: float = 0.1  # at most about this share of the time for that local search
     max_downsets: int = DEFAULT_MAX_DOWNSETS  # above this, skip straight to LNS
     window_states: int = 60  # LNS's first cap on a window's down-sets
 
@@ -46,12 +49,12 @@ class AutoConfig:
         t = self.time_limit_s
         if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
             raise ConfigError(f"auto option time_limit_s must be a number > 0, got {t!r}")
-        for name in ("exact_share", "lns_share"):
+        for name in ("exact_share", "lns_share", "scout_share"):
             s = getattr(self, name)
             if isinstance(s, bool) or not isinstance(s, int | float) or not 0 < s <= 1:
                 raise ConfigError(f"auto option {name} must be in (0, 1], got {s!r}")
-        if self.exact_share + self.lns_share > 1:
-            raise ConfigError("auto options exact_share + lns_share must be at most 1")
+        if self.exact_share + self.lns_share + self.scout_share > 1:
+            raise ConfigError("auto options exact_share + lns_share + scout_share must be <= 1")
         for name in ("max_downsets", "ls_budget"):
             m = getattr(self, name)
             if (
@@ -85,9 +88,7 @@ class AutoSearch:
                 return self._finish(first, t0, exact, "exact")
             problem.warm_start = [*problem.warm_start, first.best.groups]
         if cfg.ls_budget:  # a cheap second opinion LNS can start from (its own budget)
-            scout = FusionProblem(problem.cost_model, problem.splitter, cfg.ls_budget)
-            found_ls = LocalSearch().run(scout, seed)
-            problem.warm_start = [*problem.warm_start, found_ls.best.groups]
+            problem.warm_start = [*problem.warm_start, self._scout(problem, seed, limit)]
         share = cfg.lns_share if tractable else 1.0
         left = limit - (time.perf_counter() - t0)
         lns = LargeNeighbourhoodSearch(
@@ -117,6 +118,21 @@ class AutoSearch:
         stage = "exact after lns" if third.best.dram < second.best.dram else "lns"
         merged = replace(third, extra={**second.extra, **third.extra})
         return self._finish(merged, t0, exact, stage)
+
+    def _scout(self, problem: FusionProblem, seed: int, limit: float) -> tuple[Group, ...]:
+        """The best plan of a local search on its own budget: ``ls_budget`` plans, fewer
+        where a 50-plan pilot shows they would take more than ``scout_share`` of the time."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        pilot = min(50, cfg.ls_budget)
+        first = LocalSearch().run(FusionProblem(problem.cost_model, problem.splitter, pilot), seed)
+        per_plan = (time.perf_counter() - t0) / pilot
+        budget = min(cfg.ls_budget - pilot, int(cfg.scout_share * limit / per_plan) - pilot)
+        if budget < 1:
+            return first.best.groups
+        scout = FusionProblem(problem.cost_model, problem.splitter, budget)
+        scout.warm_start = [first.best.groups]
+        return LocalSearch().run(scout, seed).best.groups
 
     def _exact(
         self, problem: FusionProblem, seed: int, progress: Progress | None, seconds: float
