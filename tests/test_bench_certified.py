@@ -25,8 +25,10 @@ def test_certified_rows_resume_and_report(tmp_path):
     text = report.read_text()
     assert text.startswith("# Results\n\nhand-written text\n") and BEGIN in text
     assert "auto proved the optimum on 2" in text and "| resnet18 | 48 | LBDF | 128KB |" in text
+    report.write_text("# Results\n")  # a new report from the stored cells alone
     invoke(*args)  # resumes: nothing is run again
     assert len((out / "runs.jsonl").read_text().splitlines()) == 2
+    assert "| resnet18 | 48 | BRR | 128KB |" in report.read_text()
 
 
 def test_exact_table(tmp_path):

@@ -107,10 +107,18 @@ def run_certified(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Row]:
     """Every cell of ``models`` (resuming from ``out_dir``); the report section is rewritten
-    after each model. A model that fails to load gets one row saying why."""
+    after each model run and at the end (also when every cell was already stored). A model
+    that fails to load gets one row saying why."""
     store = ResultStore(out_dir)
     cells = [(m, s, b) for m in models for s in config.schemes for b in config.buffers]
     started = time.perf_counter()
+
+    def publish() -> list[Row]:
+        rows = [store.rows[k] for c in cells if (k := config.key(*c)) in store.rows]
+        minutes = (time.perf_counter() - started) / 60
+        _publish(report_path, certified_section(rows, config, command, minutes), BEGIN, END)
+        return rows
+
     done = 0
     for model in models:
         mine = [c for c in cells if c[0] == model]
@@ -149,10 +157,8 @@ def run_certified(
             done += 1
             if progress:
                 progress(done, len(cells))
-        rows = [store.rows[k] for c in cells if (k := config.key(*c)) in store.rows]
-        minutes = (time.perf_counter() - started) / 60
-        _publish(report_path, certified_section(rows, config, command, minutes), BEGIN, END)
-    return [store.rows[k] for c in cells if (k := config.key(*c)) in store.rows]
+        publish()
+    return publish()
 
 
 def _publish(report_path: str | Path, section: str, begin: str, end: str) -> None:
