@@ -8,7 +8,7 @@ model is made.
 from __future__ import annotations
 
 import csv
-import os
+import shutil
 
 import pytest
 
@@ -26,16 +26,18 @@ CONFIG = CatalogueConfig(budget=20)
 
 @pytest.fixture(autouse=True)
 def only_small_exports(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    # A cache of our own holding the session cache's files but never FAILING's: another
-    # test (tests/test_monotone.py) exports FAILING into the shared session cache, and a
-    # cache hit would skip the export that must fail here.
+    # A cache of our own with SMALL's export and the model index copied from the session
+    # cache, never FAILING's: another test (tests/test_monotone.py) exports FAILING into the
+    # shared cache, and a cache hit would skip the export that must fail here. (Copies, not
+    # hard links: onnx refuses external data files with several links.)
     shared = zoo.cache_dir()
     own = tmp_path / "cache"
     (own / "zoo").mkdir(parents=True)
     if shared.is_dir():
         for f in shared.iterdir():
-            if f.is_file() and not f.name.startswith(f"{FAILING}-") and ".tmp" not in f.name:
-                os.link(f, own / "zoo" / f.name)
+            wanted = f.name.startswith(f"{SMALL}-") or f.suffix == ".json"
+            if wanted and f.is_file() and ".tmp" not in f.name:
+                shutil.copy2(f, own / "zoo" / f.name)
     monkeypatch.setenv(zoo.CACHE_ENV, str(own))
     original = zoo._export_proto
 
