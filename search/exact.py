@@ -31,10 +31,11 @@ node" is *wrong*: that node's group may need an op outside D that another, later
 group produces). Redundant orders of independent groups meet in the same memoised state,
 so they cost transitions, not states. Two exact reductions are used instead:
 
-* An unfusable node whose predecessors are all executed is executed at once (absorbed
-  into the transition that made it ready). Exact: it is a singleton group in every plan;
-  moving a ready group to the front of a topological order keeps it topological (nothing
-  left precedes it) and does not change the sum.
+* An unfusable node (more generally an *atom*: an unfusable singleton, or a group frozen by
+  the large-neighbourhood search) whose predecessors are all executed is executed at once
+  (absorbed into the transition that made it ready). Exact: it is one group in every plan
+  of the search space; moving a ready group to the front of a topological order keeps it
+  topological (nothing left precedes it) and does not change the sum.
 * Candidate groups are grown from a ready node by *closure steps*: add a neighbour x of S
   in R together with every ancestor of x in R (they must all be in the group for it to be a
   down-set of R). Every intermediate set is a connected down-set of R, and every connected
@@ -62,14 +63,14 @@ so they cost transitions, not states. Two exact reductions are used instead:
   (LBDF always, BRR when every tensor has >= 1 row); for a scheme that does not, growth
   does not stop at a set that does not fit (still exact, only slower).
 
-Heuristic ``h(D)`` (bytes): weights of R, plus every tensor that R reads and that is a
-graph input or produced in D, plus every graph output produced in R. Each of them is
-moved by some group still to run (a group reads a tensor produced outside it and writes
-a graph output; BRR reads weights ``tiles >= 1`` times), so h is admissible; it is also
-consistent (``h(D) <= cost(G) + h(D | G)``), so a state's g is final when it is expanded
-and ``min f`` over the open states is a **lower bound** on the optimum at any time. At the
-empty set h is the model's compulsory traffic
-(docs/cost-model.md, "Unfusable ops, plan metrics, lower bound") restricted to tensors in use.
+Heuristic ``h(D)`` (bytes): :class:`accel_model.bounds.TrafficBound` (docs/cost-model.md,
+"Lower bounds"): the exact DRAM of the atoms still to run (unfusable ops; the frozen groups
+of a large-neighbourhood window), the weights of the searched ops still to run, and each
+tensor's read and write where they are forced (a graph input or output, a tensor between
+an atom and a searched op, or between two ops that no valid group can hold together). Each
+term is paid by the step that removes it, so h is admissible and consistent
+(``h(D) <= cost(G) + h(D | G)``): a state's g is final when it is expanded and ``min f``
+over the open states is a **lower bound** on the optimum at any time.
 
 Anytime behaviour. A greedy dive (repeatedly take the transition that adds the least
 unavoidable traffic per node) gives an upper bound before A* starts; A* prunes states
