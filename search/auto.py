@@ -22,12 +22,13 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, replace
 
+from accel_model.bounds import plan_lower_bound
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group
 from fusionplan.planning.result import ExactBound, SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
 from search.certify import DEFAULT_MAX_DOWNSETS, relative_gap
-from search.exact import ExactSearch, ExactSolver, count_downsets
+from search.exact import ExactSearch, count_downsets
 from search.lns import LargeNeighbourhoodSearch
 from search.local_search import LocalSearch
 from search.problem import FusionProblem
@@ -99,7 +100,7 @@ class AutoSearch:
         if found.optimal:
             bound = found.lower_bound
         else:
-            static = ExactSolver(problem.cost_model, problem.unfusable).bound.total()
+            static = plan_lower_bound(problem.cost_model)
             bound = max(static, found.lower_bound, exact.lower_bound_bytes if exact else 0)
         if exact is None:
             exact = ExactBound(False, 0, 0.0, 0, 0, 0, 0, 0, False)

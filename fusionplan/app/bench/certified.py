@@ -261,12 +261,21 @@ def run_exact_table(
     command: str = "fusionplan bench exact",
 ) -> list[Row]:
     store = ResultStore(out_dir)
-    cells = [(m, s, b) for m in models for s in schemes for b in buffers]
+    keys = {
+        (m, s, b): f"exact|{m}|{s}|{b}|{limit_s}" for m in models for s in schemes for b in buffers
+    }
+
+    def publish() -> list[Row]:
+        rows = [store.rows[k] for k in keys.values() if k in store.rows]
+        _publish(
+            report_path, exact_section(rows, buffers, command, limit_s), EXACT_BEGIN, EXACT_END
+        )
+        return rows
+
     for model in models:
         graph = None
-        for _, scheme, buffer in (c for c in cells if c[0] == model):
-            key = f"exact|{model}|{scheme}|{buffer}|{limit_s}"
-            if key in store.rows:
+        for (name, scheme, buffer), key in keys.items():
+            if name != model or key in store.rows:
                 continue
             graph = graph or load(model)
             store.add(
@@ -278,12 +287,8 @@ def run_exact_table(
                     **prove_cell(graph, scheme, buffer, limit_s),
                 }
             )
-        keys = [f"exact|{m}|{s}|{b}|{limit_s}" for m, s, b in cells]
-        rows = [store.rows[k] for k in keys if k in store.rows]
-        section = exact_section(rows, buffers, command, limit_s)
-        _publish(report_path, section, EXACT_BEGIN, EXACT_END)
-    keys = [f"exact|{m}|{s}|{b}|{limit_s}" for m, s, b in cells]
-    return [store.rows[k] for k in keys if k in store.rows]
+        publish()
+    return publish()
 
 
 def exact_section(rows: Sequence[Row], buffers: Sequence[str], command: str, limit_s: float) -> str:
