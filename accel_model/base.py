@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from accel_model.accelerator import Accelerator
+from accel_model.channels import is_depthwise
 from accel_model.layer import LayerTiling, layer_geometry, single_layer_tiling
 from fusionplan.ir.graph import Group, OpGraph, bits
 
@@ -44,6 +45,13 @@ class CostModel(ABC):
         self.beta = accel.buffer_bytes
         self.stats = CacheStats()
         self._memo: dict[Group, GroupCost] = {}
+        # weight elements per op; Optimus-like accelerators do not count depthwise weights
+        self.node_weights = tuple(
+            0 if not accel.depthwise_weights and is_depthwise(graph, v) else n.weights
+            for v, n in enumerate(graph.nodes)
+        )
+        # ops that cost nothing run on their own (Optimus's free unfused local layers)
+        self.free_alone: Group = 0
         t = graph.tensors
         self._in = tuple(
             tuple((ti, t[ti].producer, t[ti].size) for ti in n.inputs) for n in graph.nodes
@@ -82,6 +90,8 @@ class CostModel(ABC):
         """The scheme's cost, except that one op is never charged more than it costs run on
         its own (docs/cost-model.md, "Single-layer cost"): this keeps every cost
         non-increasing in the buffer."""
+        if group & self.free_alone and not group & (group - 1):
+            return GroupCost(0, 0, True)
         result = self._compute(group)
         if not group or group & (group - 1) or self.accel.single_layer == "paper":
             return result
@@ -92,7 +102,7 @@ class CostModel(ABC):
 
     def layer_tiling(self, v: int) -> LayerTiling:
         """The cheapest intra-layer loop order of op ``v`` alone at this buffer."""
-        geo = layer_geometry(self.graph, v, self.io_elements(1 << v))
+        geo = layer_geometry(self.graph, v, self.io_elements(1 << v), self.node_weights[v])
         return single_layer_tiling(geo, self.b, self.beta)
 
     def monotone_over_downsets(self) -> bool:
@@ -133,5 +143,5 @@ class CostModel(ABC):
         return total
 
     def weight_elements(self, group: Group) -> int:
-        nodes = self.graph.nodes
-        return sum(nodes[v].weights for v in bits(group))
+        weights = self.node_weights
+        return sum(weights[v] for v in bits(group))

@@ -22,11 +22,15 @@ def unfusable_nodes(model: CostModel) -> Group:
     return mask
 
 
-def compulsory_traffic(graph: OpGraph, bytes_per_element: int = 1) -> int:
-    """Bytes every plan must move: graph inputs, graph outputs and all weights, once each."""
+def compulsory_traffic(
+    graph: OpGraph, bytes_per_element: int = 1, weights: Sequence[int] | None = None
+) -> int:
+    """Bytes every plan must move: graph inputs, graph outputs and all weights, once each
+    (``weights``: per op, those the cost model counts; default every node's)."""
     t = graph.tensors
     io = sum(t[i].size for i in set(graph.inputs) | set(graph.outputs))
-    return bytes_per_element * (io + sum(n.weights for n in graph.nodes))
+    counted = [n.weights for n in graph.nodes] if weights is None else weights
+    return bytes_per_element * (io + sum(counted))
 
 
 def ancestors(graph: OpGraph) -> list[Group]:
@@ -69,6 +73,11 @@ class TrafficBound:
     * per other tensor (produced by an executed op or an atom, or a graph input): its size
       if a searched op still to run reads it.
 
+    An op the cost model runs for free on its own (``CostModel.free_alone``, Optimus's
+    unfused local layers) pays nothing when alone, so it contributes no weight, no write of
+    its outputs while it is still to run, and no read: the terms above count only the other
+    searched ops as producers and readers.
+
     Each term is paid by the group or atom that makes it disappear when it runs (the proof
     is in docs/cost-model.md), so the bound is admissible and consistent:
     ``bound(D) <= cost(step) + bound(D + step)`` for every step of a plan.
@@ -82,11 +91,12 @@ class TrafficBound:
         self.fixed = sum(self.atoms)  # atoms are disjoint
         self.searched = self.all & ~self.fixed
         self.atom_dram = {a: cm.cost(a).dram for a in self.atoms}
-        b = cm.b
-        self.weight = [b * node.weights for node in g.nodes]
+        b, free_alone = cm.b, cm.free_alone
+        self.paying = self.searched & ~free_alone  # searched ops that pay io + weights
+        self.weight = [0 if free_alone >> v & 1 else b * w for v, w in enumerate(cm.node_weights)]
         anc, desc = ancestors(g), descendants(g)
         outs, cons = g.graph_output_set, g.consumer_mask
-        searched, fixed = self.searched, self.fixed
+        searched, fixed, paying = self.searched, self.fixed, self.paying
         # per used tensor: (bytes, producer bit (0: graph input), producer searched,
         # consumers, must be written, separated consumers)
         self.tensors: list[tuple[int, Group, bool, Group, bool, Group]] = []
@@ -97,13 +107,13 @@ class TrafficBound:
             prod = (1 << p) if p >= 0 else 0
             free = bool(prod & searched)
             sep = 0
-            if free:
-                for c in bits(cons[ti] & searched):
+            if prod & paying:
+                for c in bits(cons[ti] & paying):
                     hull = prod | (1 << c) | (desc[p] & anc[c])
                     if hull & fixed or cm.buffer_floor(hull) >= cm.beta:
                         sep |= 1 << c
-            written = free and (ti in outs or bool(cons[ti] & fixed) or bool(sep))
-            self.tensors.append((b * t.size, prod, free, cons[ti], written, sep))
+            written = bool(prod & paying) and (ti in outs or bool(cons[ti] & fixed) or bool(sep))
+            self.tensors.append((b * t.size, prod, free, cons[ti] & ~free_alone, written, sep))
         self.separated_tensors = sum(1 for *_, sep in self.tensors if sep)
 
     def atoms_in(self, mask: Group) -> list[Group]:

@@ -3,6 +3,11 @@
 Only feature rows must fit: the group is evaluated one output row band at a time, each node
 keeping the rows its consumers need; weights that do not fit beside them are streamed from
 DRAM once per output tile. Rows are back-propagated from the group's last nodes.
+
+Channels are sliced as Optimus does: consecutive channel-mixing ops alternate between
+keeping all their output channels and a slice of ``pe_unroll`` of them, channel-local ops
+follow their producer, and both parities are tried (``accel_model/channels.py`` says which
+op plays which role). Unary and elementwise ops overwrite their input's rows in place.
 """
 
 from __future__ import annotations
@@ -10,29 +15,57 @@ from __future__ import annotations
 import math
 
 from accel_model.base import CostModel, GroupCost
+from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_activation
 from accel_model.registry import COST_MODELS
 from accel_model.rows import input_rows, row_window
 from fusionplan.ir.graph import Group, bits
+
+_MIXING, _LOCAL, _BARRIER = ChannelRole.MIXING, ChannelRole.LOCAL, ChannelRole.BARRIER
 
 
 class BRRTerms:
     """The intermediate quantities of one group, exposed for tests and reports.
 
     ``footprint``, ``row_step`` and ``weights`` are in elements; ``last_height`` is
-    H_out(L) in rows. ``resident``, ``h_tile`` and ``tiles`` depend on the buffer: weights are
-    resident (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``b*W + b*footprint < beta`` (strict,
-    like every fit test: at equality they stream); else they are streamed once per tile of
-    ``h_tile`` output rows. A group whose footprint does
-    not fit (invalid) has ``resident`` False, ``h_tile`` 0 and ``tiles`` 1 (run layer by
-    layer, weights read once).
+    H_out(L) in rows; ``parity`` is the channel-slicing parity chosen (0: the first
+    channel-mixing ops keep a slice, 1: the second ones; docs/cost-model.md, "BRR").
+    ``resident``, ``h_tile`` and ``tiles`` depend on the buffer: weights are resident
+    (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``b*W + b*footprint < beta`` (strict, like
+    every fit test: at equality they stream); else they are streamed once per tile of
+    ``h_tile`` output rows. A group whose footprint does not fit (invalid) has ``resident``
+    False, ``h_tile`` 0 and ``tiles`` 1 (run layer by layer, weights read once).
     """
 
-    __slots__ = ("footprint", "h_tile", "last_height", "resident", "row_step", "tiles", "weights")
+    __slots__ = (
+        "footprint",
+        "h_tile",
+        "last_height",
+        "parity",
+        "resident",
+        "row_step",
+        "tiles",
+        "weights",
+    )
 
-    def __init__(self, footprint, row_step, last_height, weights) -> None:
+    def __init__(self, footprint, row_step, last_height, weights, parity=0) -> None:
         self.footprint, self.row_step = footprint, row_step
-        self.last_height, self.weights = last_height, weights
+        self.last_height, self.weights, self.parity = last_height, weights, parity
         self.tiles, self.resident, self.h_tile = 1, True, last_height
+
+    def tile(self, b: int, beta: int) -> BRRTerms:
+        """Set ``resident``, ``h_tile`` and ``tiles`` for a ``beta``-byte buffer."""
+        if b * self.footprint >= beta:
+            self.resident, self.h_tile = False, 0  # invalid: layer by layer, weights once
+        elif b * (self.weights + self.footprint) >= beta:  # resident iff b*(W + fp) < beta
+            self.resident = False
+            self.h_tile = math.floor((beta - b * self.footprint) / (b * self.row_step)) + 1
+            self.tiles = math.ceil(self.last_height / self.h_tile)
+        return self
+
+    def dram_key(self, b: int, beta: int) -> tuple[bool, int, int]:
+        """Orders the parities of one group: valid first, then fewer weight reads, then less
+        buffer (io does not depend on the parity)."""
+        return (b * self.footprint >= beta, self.tiles, self.footprint)
 
 
 @COST_MODELS.register("brr")
@@ -42,63 +75,101 @@ class BRR(CostModel):
     def __init__(self, graph, accel) -> None:
         super().__init__(graph, accel)
         t = graph.tensors
+        conventions = accel.conventions
+        n = len(graph)
+        pe = accel.pe_unroll
         # the row-count induction needs every kept row count >= 1, i.e. no empty tensor
         self._heights_positive = all(x.shape[1] >= 1 for x in t)
-        self._window = tuple(row_window(graph, v) for v in range(len(graph)))
-        self._out_hw = tuple(graph.out_shape(v) for v in range(len(graph)))
-        # per op: its weights, its consumer ops, and its inputs as (tensor, producer, C*W, H)
-        self._weights = tuple(n.weights for n in graph.nodes)
+        self._window = tuple(row_window(graph, v) for v in range(n))
+        self._out_hw = tuple(graph.out_shape(v) for v in range(n))
         self._consumers = tuple(tuple(bits(m)) for m in graph.succ_mask)
+        self._role = tuple(channel_role(graph, v) for v in range(n))
+        # channels op v keeps when it holds a slice (all of them when slicing is off)
+        self._slice = tuple(
+            min(pe, c) if pe and role != _BARRIER else c
+            for (c, _, _), role in zip(self._out_hw, self._role, strict=True)
+        )
+        self._partial = bool(pe) and any(
+            s < c for s, (c, _, _) in zip(self._slice, self._out_hw, strict=True)
+        )
+        activations = [is_activation(graph, v) for v in range(n)]
+        local_ops = {v for v in range(n) if self._role[v] == _LOCAL} | {
+            v for v, node in enumerate(graph.nodes) if node.kind == "concat"
+        }
+        self._stored = tuple(
+            not (
+                ("free-activations" in conventions and activations[v])
+                or ("free-local-outputs" in conventions and v in local_ops and not activations[v])
+            )
+            for v in range(n)
+        )
+        # Optimus buffers a group's input only for a channel-slicing conv that reads it
+        unbuffered = "unbuffered-inputs" in conventions
+        self._barrier_reads_whole = not unbuffered
+        # per op: (input tensor, its producer) it may overwrite in place
+        self._in_place = tuple(
+            tuple((ti, t[ti].producer) for ti in in_place_inputs(graph, v))
+            if accel.in_place
+            else ()
+            for v in range(n)
+        )
+        self._tensor_readers = graph.consumer_mask
+        # per op: its inputs as (tensor, producer, C*W, H, slice C*W)
         self._ext_in = tuple(
             tuple(
-                (ti, t[ti].producer, t[ti].shape[0] * t[ti].shape[2], t[ti].shape[1])
-                for ti in n.inputs
+                (
+                    ti,
+                    t[ti].producer,
+                    t[ti].shape[0] * t[ti].shape[2],
+                    t[ti].shape[1],
+                    0
+                    if unbuffered
+                    else (min(pe, t[ti].shape[0]) if pe else t[ti].shape[0]) * t[ti].shape[2],
+                )
+                for ti in node.inputs
             )
-            for n in graph.nodes
+            for node in graph.nodes
         )
+        self._local_mask = sum(1 << v for v in local_ops) if "no-local-start" in conventions else 0
+        if "free-unfused-local" in conventions:
+            self.free_alone = sum(1 << v for v in local_ops)
+        if "free-activations" in conventions:
+            self.free_alone |= sum(1 << v for v in range(n) if activations[v])
 
     def monotone_over_downsets(self) -> bool:
+        # proof in search/exact.py; slicing, in-place rows and the conventions keep it
+        # (docs/cost-model.md, "BRR": "Monotone over down-sets")
         return self._heights_positive
 
     def buffer_floor(self, nodes: Group) -> int:
         # In any group G containing ``nodes`` every node keeps >= 1 row (heights >= 1), and a
         # node with a consumer y in ``nodes`` keeps >= the rows y needs for one output row
-        # (input_rows is non-decreasing in the rows y keeps, which are >= 1).
+        # (input_rows is non-decreasing in the rows y keeps, which are >= 1), of at least its
+        # slice of channels; an op that may run in place, or takes no buffer, counts 0.
         if not self.monotone_over_downsets():
             return 0
         succ, total = self.graph.succ_mask, 0
         for x in bits(nodes):
-            c_out, h_out, w_out = self._out_hw[x]
+            if not self._stored[x] or self._in_place[x]:
+                continue
+            _, h_out, w_out = self._out_hw[x]
             rows = 1
             for y in bits(succ[x] & nodes):
                 k, s = self._window[y]
                 rows = max(rows, input_rows(k, s, 1, h_out))
-            total += c_out * rows * w_out
+            total += self._slice[x] * rows * w_out
         return self.b * total
 
-    def terms(self, group: Group) -> BRRTerms:
-        """Footprint, row step and tiling of ``group`` (elements, not bytes; see BRRTerms).
-
-        The exact search costs hundreds of thousands of groups on a branchy graph, so the
-        loop is written flat: per-op tables, ``input_rows`` inlined (same arithmetic).
-        """
-        consumers_of, window, out_hw, ext_in = (
-            self._consumers,
-            self._window,
-            self._out_hw,
-            self._ext_in,
-        )
+    def _rows(self, group: Group) -> tuple[dict[int, int], dict[int, float], int]:
+        """Rows each op keeps, its row scale, and H_out(L): the backward pass (docs/cost-
+        model.md, "BRR"), flat with ``input_rows`` inlined (same arithmetic)."""
+        consumers_of, window, out_hw = self._consumers, self._window, self._out_hw
         ceil = math.ceil
-        node_weights = self._weights
         rows: dict[int, int] = {}
         scale: dict[int, float] = {}
-        ext_rows: dict[int, tuple[int, int]] = {}  # external tensor -> (rows, C*W)
-        footprint = weights = 0
-        row_step = 0.0
         last_height = 1
         for v in reversed(bits(group)):
-            weights += node_weights[v]
-            c_out, h_out, w_out = out_hw[v]
+            h_out = out_hw[v][1]
             need, sc, sink = 0, 0.0, True
             for c in consumers_of[v]:
                 if group >> c & 1:
@@ -117,32 +188,108 @@ class BRR(CostModel):
                 if h_out > last_height:
                     last_height = h_out
             rows[v], scale[v] = need, sc
-            footprint += c_out * need * w_out
-            row_step += c_out * sc * w_out
+        return rows, scale, last_height
+
+    def _sliced(self, group: Group, parity: int) -> Group:
+        """The ops of ``group`` that keep a channel slice under ``parity``: a mixing op whose
+        in-group producers all keep every channel, at every other mixing depth; a local op
+        with a sliced in-group producer. (Decided producers first, so it depends only on a
+        node's in-group ancestors.)"""
+        role, ext_in = self._role, self._ext_in
+        depth: dict[int, int] = {}
+        sliced = 0
+        for v in bits(group):
+            d, any_sliced = 0, False
+            for _, p, _, _, _ in ext_in[v]:
+                if p >= 0 and group >> p & 1:
+                    if depth[p] > d:
+                        d = depth[p]
+                    if sliced >> p & 1:
+                        any_sliced = True
+            r = role[v]
+            if r == _MIXING:
+                d += 1
+                if (d + parity) & 1 and not any_sliced:
+                    sliced |= 1 << v
+            elif r == _LOCAL and any_sliced:
+                sliced |= 1 << v
+            depth[v] = d
+        return sliced
+
+    def terms(self, group: Group) -> BRRTerms:
+        """Footprint, row step and tiling of ``group`` under its best channel-slicing parity
+        (elements, not bytes; see BRRTerms)."""
+        rows, scale, last_height = self._rows(group)
+        weights = sum(self.node_weights[v] for v in bits(group))
+        b, beta = self.b, self.beta
+        best: BRRTerms | None = None
+        for parity in (0, 1) if self._partial else (0,):
+            sliced = self._sliced(group, parity) if self._partial else 0
+            footprint, row_step = self._footprint(group, rows, scale, sliced)
+            tt = BRRTerms(footprint, row_step, last_height, weights, parity).tile(b, beta)
+            if best is None or tt.dram_key(b, beta) < best.dram_key(b, beta):
+                best = tt
+        assert best is not None
+        return best
+
+    def _footprint(
+        self, group: Group, rows: dict[int, int], scale: dict[int, float], sliced: Group
+    ) -> tuple[int, float]:
+        """(footprint, row step) in elements for one slicing of ``group``."""
+        out_hw, stored, in_place, readers = (
+            self._out_hw,
+            self._stored,
+            self._in_place,
+            self._tensor_readers,
+        )
+        channel_slice, role, window, ext_in = self._slice, self._role, self._window, self._ext_in
+        barrier_whole = self._barrier_reads_whole
+        ceil = math.ceil
+        ext_rows: dict[int, list[int]] = {}  # external tensor -> [rows, row elements]
+        footprint = 0
+        row_step = 0.0
+        for v in bits(group):
+            c_out, _, w_out = out_hw[v]
+            keeps = stored[v]
+            if keeps:
+                for ti, p in in_place[v]:
+                    if p >= 0 and group >> p & 1 and readers[ti] & group == 1 << v:
+                        keeps = False  # written over its only in-group reader's input
+                        break
+            if keeps:
+                c = channel_slice[v] if sliced >> v & 1 else c_out
+                footprint += c * rows[v] * w_out
+                row_step += c * scale[v] * w_out
+            need = rows[v]
             k, s = window[v]
-            for ti, producer, cw, h_in in ext_in[v]:
+            # a sliced mixing op or a barrier needs all channels of an external input; any
+            # other reader takes it a channel slice at a time
+            whole = (role[v] == _BARRIER and barrier_whole) or (
+                role[v] == _MIXING and sliced >> v & 1
+            )
+            for ti, producer, cw, h_in, slice_cw in ext_in[v]:
                 if producer >= 0 and group >> producer & 1:
                     continue
                 n = ceil((need - 1) * s + k - 1e-9)
                 if n > h_in:
                     n = h_in
-                prev = ext_rows.get(ti)
-                kept = 0 if prev is None else prev[0]
-                if prev is None or n > kept:
-                    ext_rows[ti] = (n if n > kept else kept, cw)
-        footprint += sum(r * cw for r, cw in ext_rows.values())
-        tt = BRRTerms(footprint, row_step, last_height, weights)
-        b, beta = self.b, self.beta
-        if b * footprint >= beta:
-            tt.resident, tt.h_tile = False, 0  # invalid: layer by layer, weights read once
-        elif b * (tt.weights + footprint) >= beta:  # resident iff F_beta = b*(W + fp) < beta
-            tt.resident = False
-            tt.h_tile = math.floor((beta - b * footprint) / (b * row_step)) + 1
-            tt.tiles = math.ceil(last_height / tt.h_tile)
-        return tt
+                width = cw if whole else slice_cw
+                kept = ext_rows.get(ti)
+                if kept is None:
+                    ext_rows[ti] = [n, width]
+                else:
+                    if n > kept[0]:
+                        kept[0] = n
+                    if width > kept[1]:
+                        kept[1] = width
+        footprint += sum(r * w for r, w in ext_rows.values())
+        return footprint, row_step
 
     def _compute(self, group: Group) -> GroupCost:
         b, beta = self.b, self.beta
+        if group & self._local_mask and group & (group - 1) and self._starts_local(group):
+            tt = self.terms(group)  # Optimus: a fused group may not start with a local op
+            return GroupCost(b * tt.footprint, b * (self.io_elements(group) + tt.weights), False)
         tt = self.terms(group)
         footprint = b * tt.footprint
         valid = footprint < beta
@@ -154,3 +301,8 @@ class BRR(CostModel):
         if tt.resident:
             return GroupCost(footprint + weights, dram, True)
         return GroupCost(footprint, dram, True)
+
+    def _starts_local(self, group: Group) -> bool:
+        """Whether a source of ``group`` (no in-group producer) is a local op or a concat."""
+        pred = self.graph.pred_mask
+        return any(not pred[v] & group for v in bits(group & self._local_mask))

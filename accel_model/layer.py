@@ -57,8 +57,9 @@ class LayerGeometry(NamedTuple):
     whole_rereads: int  # extra reads of ``whole`` when a weightless op streams
 
 
-def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
-    """The geometry of op ``v``; ``io`` is its singleton io (the cost model computes it)."""
+def layer_geometry(graph: OpGraph, v: int, io: int, weights: int | None = None) -> LayerGeometry:
+    """The geometry of op ``v``; ``io`` is its singleton io and ``weights`` the weights the
+    cost model counts (default: the node's)."""
     tensors = graph.tensors
     node = graph.nodes[v]
     c_out, h_out, w_out = graph.out_shape(v)
@@ -67,7 +68,7 @@ def layer_geometry(graph: OpGraph, v: int, io: int) -> LayerGeometry:
     return LayerGeometry(
         io=io,
         inputs=sum(c * h * w for c, h, w in ins),
-        weights=node.weights,
+        weights=node.weights if weights is None else weights,
         out_channels=max(c_out, 1),
         out_height=max(h_out, 1),
         out_row=c_out * w_out,

@@ -39,7 +39,6 @@ class LBDF(CostModel):
                 )
             )
         self._node_terms = tuple(terms)
-        self._weights = tuple(n.weights for n in graph.nodes)
 
     def monotone_over_downsets(self) -> bool:
         return True  # every node's terms are fixed once its in-group producers are
@@ -54,7 +53,7 @@ class LBDF(CostModel):
 
         Written flat (the exact search costs hundreds of thousands of groups)."""
         delay: dict[int, int] = {}
-        node_terms, node_weights = self._node_terms, self._weights
+        node_terms, node_weights = self._node_terms, self.node_weights
         weights = line = skip = 0
         for v in bits(group):
             line_v, lag, ins = node_terms[v]

@@ -61,6 +61,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import onnx
 import platformdirs
 
+from data.optimus_nets import NETWORKS as OPTIMUS_NETWORKS
+from data.optimus_nets import build_module
 from fusionplan.ir.errors import ModelError
 from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.ir.onnx_import import load_model
@@ -302,11 +304,21 @@ def _key(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
+def _optimus_entry(name: str) -> ZooEntry:
+    layers, size, description = OPTIMUS_NETWORKS[name]
+    return _entry(
+        name, size, description, role="unseen", constructor=lambda: build_module(layers())
+    )
+
+
 def _find(name: str) -> ZooEntry | None:
-    """The entry for a paper network (its names and aliases win) or a torchvision model."""
+    """The entry for a paper network (its names and aliases win), one of Optimus's networks
+    (``data/optimus_nets.py``) or a torchvision model."""
     canonical = _canonical(name)
     if canonical is not None:
         return ZOO[canonical]
+    if _key(name) in OPTIMUS_NETWORKS:
+        return _optimus_entry(_key(name))
     model = torchvision_models().get(_key(name))
     return None if model is None else _torchvision_entry(model)
 

@@ -26,6 +26,7 @@ _PUBLIC = {
     "Plan": "fusionplan.planning.plan",
     "PlanMetrics": "fusionplan.planning.plan",
     "Accelerator": "accel_model.accelerator",
+    "load_accelerator": "accel_model.description",
     "FusionPlanError": "fusionplan.ir.errors",
 }
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import onnx
 
+from accel_model import Accelerator, parse_size
+from accel_model.description import load_accelerator
 from accel_model.latency import LATENCY_MODELS
 from data.zoo import model_source, resolve_model
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
@@ -52,15 +54,18 @@ def load(
 
 def plan(
     model: ModelSpec,
-    buffer: str | int = "256KB",
+    buffer: str | int | None = None,
     scheme: str = "lbdf",
     *,
+    accelerator: Accelerator | str | os.PathLike | None = None,
     search: str = "auto",
     splitter: str = "tree",
     budget: int = 2000,
     seed: int = 0,
     bytes_per_element: int = 1,
-    single_layer: str = "tiled",
+    profile: str = "fusionplan",
+    single_layer: str | None = None,
+    pe_unroll: int | None = None,
     search_options: Mapping[str, Any] | None = None,
     bound_time_s: float = 1.0,
     prepass: Sequence[str] = (),
@@ -69,20 +74,32 @@ def plan(
     """Plan fusion for ``model`` (ONNX path, zoo name or OpGraph) on one accelerator,
     after the named pre-passes (``prepass=["substitute"]``) rewrote its ONNX graph.
 
-    The plan's ``metrics`` carry a proven lower bound on the optimum and the gap to it:
-    the default ``auto`` search proves the optimum when it can within its time limit."""
+    The accelerator is ``buffer`` (default 256KB), ``scheme`` and the cost settings, or an
+    :class:`Accelerator` / a description file (``accelerator="acc.yaml"``), whose buffer an
+    explicit ``buffer`` replaces. The plan's ``metrics`` carry a proven lower bound on the
+    optimum and the gap to it: the default ``auto`` search proves the optimum when it can
+    within its time limit."""
     request = PlanRequest(
-        buffer=buffer,
+        buffer="256KB" if buffer is None else buffer,
         scheme=scheme,
         search=search,
         splitter=splitter,
         budget=budget,
         seed=seed,
         bytes_per_element=bytes_per_element,
+        profile=profile,
         single_layer=single_layer,
+        pe_unroll=pe_unroll,
         search_options=dict(search_options or {}),
         bound_time_s=bound_time_s,
-    ).check()  # reject bad settings before a possibly slow model export
+    )
+    if accelerator is not None:
+        if not isinstance(accelerator, Accelerator):
+            accelerator = load_accelerator(accelerator, buffer)
+        elif buffer is not None:
+            accelerator = replace(accelerator, buffer_bytes=parse_size(buffer))
+        request = request.on(accelerator)
+    request.check()  # reject bad settings before a possibly slow model export
     if prepass:
         if isinstance(model, OpGraph):
             raise ConfigError("pre-passes rewrite ONNX: pass a model path or zoo name")
@@ -179,16 +196,26 @@ def sweep(
     buffers: Sequence[str | int],
     scheme: str = "lbdf",
     *,
+    accelerator: Accelerator | str | os.PathLike | None = None,
     progress: Callable[[int], None] | None = None,
     **options: Any,
 ) -> list[SweepPoint]:
     """Plan ``model`` at each buffer size (same search settings); DRAM-vs-buffer curve.
 
-    Points come back smallest buffer first; each search is warm-started from the previous
-    point's plan, so with the default ``tiled`` single-layer cost DRAM never rises with the
-    buffer (:func:`sweep_graph`)."""
+    ``accelerator`` (an :class:`Accelerator` or a description file) gives the scheme and
+    cost settings; ``buffers`` replace its buffer. Points come back smallest buffer first;
+    each search is warm-started from the previous point's plan, so with the default
+    ``tiled`` single-layer cost DRAM never rises with the buffer (:func:`sweep_graph`)."""
     if not buffers:
         raise ConfigError("sweep needs at least one buffer size")
-    requests = [PlanRequest(buffer=b, scheme=scheme, **options).check() for b in buffers]
+    requests = [PlanRequest(buffer=b, scheme=scheme, **options) for b in buffers]
+    if accelerator is not None:
+        if not isinstance(accelerator, Accelerator):
+            accelerator = load_accelerator(accelerator, buffers[0])
+        requests = [
+            r.on(replace(accelerator, buffer_bytes=parse_size(b)))
+            for r, b in zip(requests, buffers, strict=True)
+        ]
+    requests = [r.check() for r in requests]
     plans = sweep_graph(load(model), requests, progress)
     return [SweepPoint(p.cost_model.accel.buffer_bytes, p) for p in plans]

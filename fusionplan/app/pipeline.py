@@ -9,7 +9,7 @@ loads only when one is used).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import explainers  # noqa: F401  (registers the gnne / pg / rg splitters)
@@ -33,13 +33,46 @@ class PlanRequest:
     budget: int = 2000
     seed: int = 0
     bytes_per_element: int = 1
-    single_layer: str = "tiled"  # or "paper" (docs/cost-model.md, "Single-layer cost")
+    # the cost conventions (accel_model/accelerator.py): a profile's defaults, each
+    # overridable; None: the profile's value
+    profile: str = "fusionplan"
+    single_layer: str | None = None  # "tiled" or "paper" (docs/cost-model.md)
+    pe_unroll: int | None = None
+    in_place: bool | None = None
+    depthwise_weights: bool | None = None
+    conventions: tuple[str, ...] | None = None
     search_options: Mapping[str, Any] = field(default_factory=dict)
     # A* time spent certifying a heuristic's plan (search/certify.py); 0: static bound only
     bound_time_s: float = 1.0
 
     def accelerator(self) -> Accelerator:
-        return Accelerator.of(self.buffer, self.scheme, self.bytes_per_element, self.single_layer)
+        conventions = None if self.conventions is None else frozenset(self.conventions)
+        return Accelerator.of(
+            self.buffer,
+            self.scheme,
+            self.bytes_per_element,
+            self.single_layer,
+            profile=self.profile,
+            pe_unroll=self.pe_unroll,
+            in_place=self.in_place,
+            depthwise_weights=self.depthwise_weights,
+            conventions=conventions,
+        )
+
+    def on(self, accel: Accelerator) -> PlanRequest:
+        """This request on ``accel``: its buffer, scheme and every cost convention."""
+        return replace(
+            self,
+            buffer=accel.buffer_bytes,
+            scheme=accel.scheme,
+            bytes_per_element=accel.bytes_per_element,
+            profile="fusionplan",
+            single_layer=accel.single_layer,
+            pe_unroll=accel.pe_unroll,
+            in_place=accel.in_place,
+            depthwise_weights=accel.depthwise_weights,
+            conventions=tuple(sorted(accel.conventions)),
+        )
 
     def check(self) -> PlanRequest:
         """Reject bad settings before a possibly slow model load or export."""
@@ -122,11 +155,11 @@ def sweep_graph(
     """
     order = sorted(requests, key=lambda r: r.accelerator().buffer_bytes)
     plans: list[Plan] = []
-    previous: dict[tuple[str, int, str], Plan] = {}
+    previous: dict[Accelerator, Plan] = {}
     offset = 0
     for request in order:
         accel = request.accelerator()
-        key = (accel.scheme, accel.bytes_per_element, accel.single_layer)
+        key = replace(accel, buffer_bytes=1)  # the same accelerator but for its buffer
         warm = [previous[key]] if key in previous else []
         tick = None if progress is None else (lambda n, o=offset: progress(o + n))
         plan = plan_graph(graph, request, tick, warm_start=warm)
