@@ -74,14 +74,19 @@ OPTIMUS_CONVENTIONS: tuple[str, ...] = (
     "free-unfused-local",
     "no-local-start",
     "unbuffered-inputs",
+    "optimus-single-layer",
+    "fractional-weight-reads",
 )
 """Optimus's optimistic BRR conventions (docs/cost-model.md, "The optimus profile"), each
 switchable on its own so that a difference can be attributed to one of them:
 ``free-activations`` (unary activations do not exist: no buffer, free run alone),
 ``free-local-outputs`` (pool, elementwise, concat and depthwise outputs take no buffer),
 ``free-unfused-local`` (those ops run alone move no DRAM), ``no-local-start`` (a group of
-several ops may not start with one of them) and ``unbuffered-inputs`` (a group's input takes
-buffer only where a channel-slicing conv reads it)."""
+several ops may not start with one of them), ``unbuffered-inputs`` (a group's input takes
+buffer only where a channel-slicing conv reads it) and ``optimus-single-layer`` (a dense layer
+run alone costs Optimus's loop-blocking estimate, which reads no halo) and
+``fractional-weight-reads`` (a streamed group re-reads each op's weights H_out / rows-per-tile
+times, a fraction, as Optimus reports it, rather than once per tile)."""
 
 PROFILES: dict[str, dict[str, Any]] = {
     "fusionplan": {},

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from accel_model.accelerator import Accelerator
-from accel_model.channels import is_depthwise
-from accel_model.layer import LayerTiling, layer_geometry, single_layer_tiling
+from accel_model.channels import ChannelRole, channel_role, is_depthwise
+from accel_model.layer import LayerTiling, layer_geometry, optimus_blocking, single_layer_tiling
 from fusionplan.ir.graph import Group, OpGraph, bits
 
 
@@ -101,9 +101,30 @@ class CostModel(ABC):
         return result
 
     def layer_tiling(self, v: int) -> LayerTiling:
-        """The cheapest intra-layer loop order of op ``v`` alone at this buffer."""
+        """The cheapest intra-layer loop order of op ``v`` alone at this buffer (Optimus's
+        loop blockings for a dense layer under its ``optimus-single-layer`` convention)."""
         geo = layer_geometry(self.graph, v, self.io_elements(1 << v), self.node_weights[v])
-        return single_layer_tiling(geo, self.b, self.beta)
+        tiled = single_layer_tiling(geo, self.b, self.beta)
+        if "optimus-single-layer" not in self.accel.conventions:
+            return tiled
+        graph, node = self.graph, self.graph.nodes[v]
+        if channel_role(graph, v) != ChannelRole.MIXING or node.groups != 1:
+            return tiled
+        c_out, h_out, w_out = graph.out_shape(v)
+        c_in = graph.tensors[node.inputs[0]].shape[0]
+        if node.kind == "matmul":  # a linear layer: Optimus's 1x1 conv on a 1x1 map
+            c_in, h_out, w_out = graph.tensors[node.inputs[0]].size, 1, 1
+        blocked = optimus_blocking(
+            (c_in, c_out, h_out, w_out),
+            node.kernel[0] * node.kernel[1],
+            node.stride[0],
+            self.node_weights[v],
+            self.accel.pe_unroll or 1,
+            self.beta // self.b,
+        )
+        if blocked is None:
+            return tiled
+        return LayerTiling("optimus-blocking", 1, blocked)
 
     def monotone_over_downsets(self) -> bool:
         """Whether ``F_beta(S) <= F_beta(G)`` for nested down-sets S of G of any remainder.

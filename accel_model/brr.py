@@ -130,7 +130,13 @@ class BRR(CostModel):
             )
             for node in graph.nodes
         )
-        self._local_mask = sum(1 << v for v in local_ops) if "no-local-start" in conventions else 0
+        self._fractional_reads = "fractional-weight-reads" in conventions
+        # Optimus's networks have no activations: a group led by one is led by its conv
+        self._local_mask = (
+            sum(1 << v for v in local_ops if not activations[v])
+            if "no-local-start" in conventions
+            else 0
+        )
         if "free-unfused-local" in conventions:
             self.free_alone = sum(1 << v for v in local_ops)
         if "free-activations" in conventions:
@@ -160,9 +166,12 @@ class BRR(CostModel):
             total += self._slice[x] * rows * w_out
         return self.b * total
 
-    def _rows(self, group: Group) -> tuple[dict[int, int], dict[int, float], int]:
+    def _rows(
+        self, group: Group, sink_rows: int = 1
+    ) -> tuple[dict[int, int], dict[int, float], int]:
         """Rows each op keeps, its row scale, and H_out(L): the backward pass (docs/cost-
-        model.md, "BRR"), flat with ``input_rows`` inlined (same arithmetic)."""
+        model.md, "BRR"), flat with ``input_rows`` inlined (same arithmetic). The last ops
+        keep ``sink_rows`` rows (1: the footprint; a tile's height: the rows per tile)."""
         consumers_of, window, out_hw = self._consumers, self._window, self._out_hw
         ceil = math.ceil
         rows: dict[int, int] = {}
@@ -184,7 +193,7 @@ class BRR(CostModel):
                     if x > sc:
                         sc = x
             if sink:
-                need, sc = 1, 1.0
+                need, sc = min(sink_rows, h_out), 1.0
                 if h_out > last_height:
                     last_height = h_out
             rows[v], scale[v] = need, sc
@@ -295,12 +304,22 @@ class BRR(CostModel):
         valid = footprint < beta
         weights = b * tt.weights
         dram = b * self.io_elements(group) + weights * tt.tiles
+        if self._fractional_reads and valid and not tt.resident:
+            dram = b * (self.io_elements(group) + self._fractional_weight_reads(group, tt.h_tile))
         if not valid:
             # Only unfusable singletons are ever costed invalid in a plan: layer by layer.
             return GroupCost(footprint, dram, False)
         if tt.resident:
             return GroupCost(footprint + weights, dram, True)
         return GroupCost(footprint, dram, True)
+
+    def _fractional_weight_reads(self, group: Group, h_tile: int) -> int:
+        """Optimus's reported weight traffic of a streamed group: each op's weights once per
+        ``H_out(v) / H(v)``, H(v) its rows per tile of ``h_tile`` output rows (a fraction)."""
+        rows, _, _ = self._rows(group, h_tile)
+        weights, out_hw = self.node_weights, self._out_hw
+        reads = sum(weights[v] * out_hw[v][1] / rows[v] for v in bits(group) if weights[v])
+        return math.ceil(reads - 1e-9)
 
     def _starts_local(self, group: Group) -> bool:
         """Whether a source of ``group`` (no in-group producer) is a local op or a concat."""

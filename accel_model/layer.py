@@ -210,3 +210,60 @@ def single_layer_tiling(geo: LayerGeometry, b: int, beta: int) -> LayerTiling:
         _streaming(geo),
     ]
     return min((o for o in options if o is not None), key=lambda o: o.dram)
+
+
+def optimus_blocking(
+    shape: tuple[int, int, int, int],
+    kernel_area: int,
+    stride: int,
+    weights: int,
+    lower: int,
+    capacity: int,
+) -> int | None:
+    """Optimus's single-layer DRAM estimate (docs/cost-model.md, "The optimus profile"), in
+    elements, for a dense conv or linear layer of ``shape`` = (C_in, C_out, H_out, W_out)
+    with ``capacity`` elements of buffer: the best of its five loop blockings (output-,
+    weight- and input-stationary, all input or all output channels resident), blocked
+    optimally. Like Optimus it reads the input as ``C_in x (H_out S) x (W_out S)`` (no halo)
+    and unrolls at least ``lower`` output channels and columns. None if nothing fits."""
+    c_in, c_out, h_out, w_out = shape
+    rd, s2, nhw = kernel_area, stride * stride, h_out * w_out
+    ifmap, ofmap = c_in * h_out * stride * w_out * stride, c_out * nhw
+    lb_k, lb_w = min(c_out, lower), min(w_out, lower)
+
+    def pixels(bhw: int) -> int:
+        """The largest w x h <= bhw with lb_w <= w <= W_out, h <= H_out (0: none)."""
+        if bhw >= nhw:
+            return nhw
+        return max((w * min(h_out, bhw // w) for w in range(lb_w, min(w_out, bhw) + 1)), default=0)
+
+    def total(*terms: float) -> int:
+        return sum(math.ceil(t) for t in terms)
+
+    best: int | None = None
+
+    def keep(cost: int) -> None:
+        nonlocal best
+        if best is None or cost < best:
+            best = cost
+
+    for k in range(lb_k, c_out + 1):
+        # output stationary: one input channel at a time, k outputs x bhw pixels resident
+        if capacity > rd * k and (n := pixels((capacity - rd * k) // (k + s2))):
+            keep(total(ifmap * c_out / k, ofmap, weights * nhw / n))
+        # weight stationary: the fewest pixels, as many input channels as fit
+        room = capacity - lb_w * k
+        c = min(room // (rd * k + lb_w * s2), c_in) if room > 0 else 0
+        if c >= 1:
+            keep(total(ifmap * c_out / k, ofmap * (2 * c_in / c - 1), weights))
+    # all input channels resident (lb_k outputs), or all output channels (one input channel)
+    for k, c in ((lb_k, c_in), (c_out, 1)):
+        if capacity > rd * c * k and (n := pixels((capacity - rd * c * k) // (k + c * s2))):
+            keep(total(ifmap, ofmap, weights * nhw / n))
+    # input stationary: lb_k outputs, c input channels and bhw pixels resident
+    for c in range(1, c_in + 1):
+        if capacity <= rd * c * lb_k:
+            break
+        if n := pixels((capacity - rd * c * lb_k) // (lb_k + c * s2)):
+            keep(total(ifmap, ofmap * (2 * c_in / c - 1), weights * nhw / n))
+    return best

@@ -113,6 +113,11 @@ def test_plan_json_output(models: Path, tmp_path: Path):
         "scheme": "brr",
         "bytes_per_element": 1,
         "single_layer": "tiled",
+        "pe_unroll": 32,
+        "in_place": True,
+        "depthwise_weights": True,
+        "conventions": [],
+        "profile": "fusionplan",
     }
     assert data["search"]["proposed"] == 10
     assert out.read_text() == result.stdout

@@ -26,9 +26,13 @@ from tests.onnx_builders import (
     upsample_chain,
 )
 
+# Full-channel buffering, every op keeping its own rows: the BRR of these hand computations.
+# Channel slices and in-place ops are tested by hand in tests/test_cost_brr_channels.py.
+FULL = {"pe_unroll": 0, "in_place": False}
+
 
 def brr(builder, beta: int = 1 << 20, b: int = 1) -> BRR:
-    model = make_cost_model(to_graph(builder()), Accelerator(beta, "brr", b))
+    model = make_cost_model(to_graph(builder()), Accelerator(beta, "brr", b, **FULL))
     assert isinstance(model, BRR)
     return model
 
@@ -141,7 +145,7 @@ def test_unfusable_singletons() -> None:
     # 512 + 6 * 148 = 1400; streaming one channel at a time: 512 + 148 + 3 * 256 = 1428.)
     assert brr(conv_chain, beta=100).cost(mask_of((0,))) == (128, 1360, False)
     assert brr(conv_chain, beta=100).layer_tiling(0) == ("output-tiles", 8, 1360)
-    paper = make_cost_model(to_graph(conv_chain()), Accelerator(100, "brr", 1, "paper"))
+    paper = make_cost_model(to_graph(conv_chain()), Accelerator(100, "brr", 1, "paper", **FULL))
     assert paper.cost(mask_of((0,))) == (128, 512 + 148, False)
     check_tiling(brr(conv_chain, beta=100), (0,), False, 0, 1)
 
@@ -303,5 +307,5 @@ def test_an_op_that_merges_rows_reads_all_of_them() -> None:
     x, y = Tensor("x", (4, 14, 2), -1), Tensor("y", (28, 2, 2), 0)
     graph = OpGraph.build("merge", [Node("t", "Transpose", "other", (0,), (1,))], [x, y], [0], [1])
     assert row_window(graph, 0) == (7.0, 7.0)
-    model = make_cost_model(graph, Accelerator(1 << 20, "brr"))
+    model = make_cost_model(graph, Accelerator(1 << 20, "brr", **FULL))
     assert model.terms(mask_of((0,))).footprint == 56 + 56

@@ -32,10 +32,30 @@ from search import ExactConfig, FusionProblem, make_search, search_names
 from search.exact import ExactSolver, count_downsets
 from tests.random_dags import random_dag, small_buffer
 
+VARIANTS: dict[str, dict] = {
+    "lbdf": {},
+    "brr": {},
+    # channel slices of 2 (the random graphs have 2-8 channels), and Optimus's conventions
+    "brr-k2": {"pe_unroll": 2},
+    "optimus-k2": {"profile": "optimus", "pe_unroll": 2},
+}
+"""Accelerator settings the property tests run under, by name."""
+
+
+def accelerator(variant: str, buffer: int, b: int = 1, single_layer: str | None = None):
+    """The accelerator of a test variant (:data:`VARIANTS`)."""
+    scheme = "lbdf" if variant == "lbdf" else "brr"
+    return Accelerator.of(buffer, scheme, b, single_layer, **VARIANTS[variant])
+
+
+def scheme_class(variant: str):
+    """The cost-model class of a test variant."""
+    return cost_model_class(accelerator(variant, 1).scheme)
+
 
 def make_problem(graph, scheme, buffer, budget=1, splitter="tree", seed=0, cls=None):
-    cls = cls or cost_model_class(scheme)
-    cm = cls(graph, Accelerator(buffer, scheme))
+    accel = accelerator(scheme, buffer)
+    cm = (cls or cost_model_class(accel.scheme))(graph, accel)
     return FusionProblem(cm, make_splitter(splitter, cm, seed), budget)
 
 
@@ -45,12 +65,15 @@ def case_problem(seed: int, scheme: str, budget: int = 1, cls=None) -> FusionPro
     groups do not fit and the best plans range from a few to many fused ops."""
     graph = random_dag(1000 + seed, n_nodes=6 + seed % 8)
     quantile = (0.5, 0.7, 0.9, 1.0)[seed % 4]
-    base = small_buffer(cost_model_class(scheme), graph, seed, quantile=quantile)
+    base = small_buffer(
+        cost_model_class(accelerator(scheme, 1).scheme), graph, seed, quantile=quantile
+    )
     buffer = max(1, int(base * (1, 1, 1.5, 3)[seed // 4 % 4]))
     return make_problem(graph, scheme, buffer, budget, cls=cls)
 
 
 CASES = [(seed, scheme) for seed in range(40) for scheme in ("lbdf", "brr")]
+CASES += [(seed, variant) for seed in range(24) for variant in ("brr-k2", "optimus-k2")]
 
 
 # ------------------------------------------------------------------------ brute force
@@ -149,7 +172,8 @@ def test_cases_exercise_fusion_and_invalid_groups():
     """The brute-force cases are not trivial: unfusable ops, connected groups that do not
     fit, and optima that fuse several ops all occur often."""
     with_unfusable = fused = with_invalid_group = 0
-    for seed, scheme in CASES:
+    base = [(seed, scheme) for seed, scheme in CASES if scheme in ("lbdf", "brr")]
+    for seed, scheme in base:
         problem = case_problem(seed, scheme)
         cm, graph = problem.cost_model, problem.graph
         _, plan, _ = brute_force(seed, scheme)
@@ -160,9 +184,23 @@ def test_cases_exercise_fusion_and_invalid_groups():
             for c in weak_components(graph, problem.fusable)
             if c.bit_count() > 1
         )
-    assert with_unfusable >= len(CASES) // 4
-    assert fused >= len(CASES) * 3 // 4
-    assert with_invalid_group >= len(CASES) // 2
+    assert with_unfusable >= len(base) // 4
+    assert fused >= len(base) * 3 // 4
+    assert with_invalid_group >= len(base) // 2
+    # channel slices and Optimus's conventions fuse more, but still meet groups that do not fit
+    for variant in ("brr-k2", "optimus-k2"):
+        cases = [(seed, v) for seed, v in CASES if v == variant]
+        plans = [brute_force(seed, v)[1] for seed, v in cases]
+        assert sum(any(g.bit_count() > 1 for g in p) for p in plans) >= len(cases) * 3 // 4
+        invalid = 0
+        for seed, v in cases:
+            problem = case_problem(seed, v)
+            invalid += any(
+                not problem.cost_model.cost(c).valid
+                for c in weak_components(problem.graph, problem.fusable)
+                if c.bit_count() > 1
+            )
+        assert invalid >= len(cases) // 2
 
 
 @pytest.mark.parametrize("seed,scheme", CASES[::4])
@@ -170,7 +208,7 @@ def test_without_buffer_pruning_same_optimum(seed, scheme):
     """A scheme that does not declare its buffer monotone over down-sets is searched
     without stopping at groups that do not fit (slower, same optimum)."""
 
-    class Unproven(cost_model_class(scheme)):  # same costs, no monotonicity declared
+    class Unproven(scheme_class(scheme)):  # same costs, no monotonicity declared
         def monotone_over_downsets(self) -> bool:
             return False
 

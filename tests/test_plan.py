@@ -215,6 +215,11 @@ def test_json_round_trip():
         "scheme": "lbdf",
         "bytes_per_element": 1,
         "single_layer": "tiled",
+        "pe_unroll": 32,
+        "in_place": True,
+        "depthwise_weights": True,
+        "conventions": [],
+        "profile": "fusionplan",
     }
     assert [g["nodes"] for g in data["groups"]] == RES_SPLIT  # ONNX node names
     for entry, g in zip(data["groups"], plan.groups, strict=True):

@@ -97,11 +97,17 @@ def test_linear_gelu_costs_by_hand() -> None:
     # footprint = 16 + 16 + 16 + 8 = 56; row_step = 48; H_out(L) = 4; 144 + 56 < 64 KB:
     # resident, F_beta = 200, F_D = 240. (A whole-input MatMul would need all 4 rows of
     # x, K = 4: footprint 16 * 3 + 32 = 80.)
-    brr = BRR(graph, Accelerator.of("64KB", "brr"))
+    brr = BRR(graph, Accelerator.of("64KB", "brr", pe_unroll=0, in_place=False))
     terms = brr.terms(group)
     assert (terms.footprint, terms.row_step, terms.last_height) == (56, 48, 4)
     assert terms.resident and brr.cost(group).buffer == 200
     assert brr.cost(group).dram == 240
+    # in place (the default), the bias add and the gelu overwrite the fc's row: 16 + 8 = 24,
+    # row step 16; 16 channels are within one 32-channel slice
+    brr = BRR(graph, Accelerator.of("64KB", "brr"))
+    terms = brr.terms(group)
+    assert (terms.footprint, terms.row_step) == (24, 16)
+    assert brr.cost(group) == (24 + 144, 240, True)
 
 
 def test_sequence_first_tokens_are_rows(tmp_path) -> None:
@@ -177,7 +183,8 @@ def test_vit_block_matches_the_hand_estimate() -> None:
     core.append(graph.node_index[prefix + "self_attention/MatMul_2"])
     attention = [v for v in block if v not in mlp]
     assert (len(block), len(attention), len(mlp)) == (32, 21, 11)
-    brr = BRR(graph, Accelerator.of("256KB", "brr"))
+    # the estimate is of full-channel buffering, each op keeping its own rows
+    brr = BRR(graph, Accelerator.of("256KB", "brr", pe_unroll=0, in_place=False))
     lbdf = LBDF(graph, Accelerator.of("256KB", "lbdf"))
     assert brr.weight_elements(mask_of(block)) == 7_087_872 + 5  # + 5 scalar constants
     terms = brr.terms(mask_of(mlp))

@@ -63,7 +63,7 @@ def digest(case: tuple[str, str, str, str, int]) -> dict:
         splitter=splitter,
         budget=BUDGET,
         seed=seed,
-        single_layer="paper",  # the convention the digests were recorded under
+        profile="paper",  # the conventions the digests were recorded under (the paper's BRR)
     )
     data = plan.to_dict()
     groups = [g["nodes"] for g in data["groups"]]

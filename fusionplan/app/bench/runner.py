@@ -84,7 +84,7 @@ def execute(
         splitter=run.splitter,
         budget=run.budget,
         seed=run.seed,
-        single_layer="paper",  # the paper's tables keep the paper's single-layer convention
+        profile="paper",  # the paper's tables keep its BRR and single-layer conventions
         bound_time_s=0.0,  # the paper's tables report DRAM; the static bound is enough
         search_options=options,
     )

@@ -24,6 +24,9 @@ from fusionplan.app.bench.certified import (
     run_certified,
     run_exact_table,
 )
+from fusionplan.app.bench.optimus import BUFFERS as OPTIMUS_BUFFERS
+from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
+from fusionplan.app.bench.optimus import run_optimus_bench
 from fusionplan.app.bench.scaling import job_timing
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.bench.streams import MODELS as STREAMS_MODELS
@@ -522,3 +525,27 @@ def bench_equal_time(cells, seconds):
     for _, scheme, buffer in parsed:
         PlanRequest(buffer=buffer, scheme=scheme).check()
     click.echo(equal_time_table(parsed, seconds))
+
+
+@bench_group.command("optimus")
+@click.option(
+    "--exact-limit", type=float, default=60.0, show_default=True, help="Seconds per exact search."
+)
+@click.option(
+    "--report",
+    type=OutputPath(),
+    default="bench-out/optimus.md",
+    show_default=True,
+    help="Markdown file for the tables; only its generated section is replaced.",
+)
+@click.option("-q", "--quiet", is_flag=True)
+def bench_optimus(exact_limit, report, quiet):
+    """fusionplan's proven BRR optima on Optimus's five networks at 128/256/512 KB beside
+    Optimus's figures, and the difference attributed convention by convention."""
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    total = len(OPTIMUS_NETWORKS) * len(OPTIMUS_BUFFERS)
+    with progress_bar("optimus cells", total, enabled=not quiet) as progress:
+        run_optimus_bench(
+            report, exact_limit, command=command or "fusionplan bench optimus", progress=progress
+        )
+    click.echo(f"wrote {report}")

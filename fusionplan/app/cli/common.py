@@ -21,7 +21,8 @@ from rich.progress import (
 from rich.table import Table
 
 from accel_model import COST_MODELS
-from accel_model.accelerator import SINGLE_LAYER_CONVENTIONS
+from accel_model.accelerator import DEFAULT_PE_UNROLL, PROFILES, SINGLE_LAYER_CONVENTIONS
+from accel_model.description import read_description
 from fusionplan.app.api import apply_prepasses, load
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.engines import ENGINES, Engine, make_engine
@@ -136,7 +137,10 @@ class PlanOptions:
     budget: int
     seed: int
     bytes_per_element: int
-    single_layer: str
+    accelerator: str | None
+    profile: str
+    single_layer: str | None
+    pe_unroll: int | None
     input_shape: tuple[str, ...]
     strict_ops: bool
     quiet: bool
@@ -162,10 +166,26 @@ class PlanOptions:
             budget=self.budget,
             seed=self.seed,
             bytes_per_element=self.bytes_per_element,
+            profile=self.profile,
             single_layer=self.single_layer,
+            pe_unroll=self.pe_unroll,
             search_options=self.search_options(),
             bound_time_s=self.bound_time,
+            **self.file_settings(),
         ).check()
+
+    def file_settings(self) -> dict[str, Any]:
+        """The accelerator file's settings that have no option of their own (the others
+        became the options' defaults when the file was read: see :func:`_read_accelerator`)."""
+        if self.accelerator is None:
+            return {}
+        settings = read_description(self.accelerator)
+        out: dict[str, Any] = {
+            k: settings[k] for k in ("in_place", "depthwise_weights") if k in settings
+        }
+        if "conventions" in settings:
+            out["conventions"] = tuple(settings["conventions"])
+        return out
 
     def load(self, model: str) -> OpGraph:
         options = {"input_shapes": parse_shapes(self.input_shape), "strict_ops": self.strict_ops}
@@ -175,6 +195,24 @@ class PlanOptions:
         for report in reports:
             console(stderr=True).print(f"prepass {report['pass']}: {report['summary']}")
         return graph
+
+
+def _read_accelerator(ctx: click.Context, path: str | None) -> str | None:
+    """Make an accelerator file's settings the defaults of the matching options (so that an
+    option given on the command line wins), before any other option is read."""
+    if path is None:
+        return None
+    settings = read_description(path)
+    names = {p.name for p in ctx.command.params}
+    defaults = dict(ctx.default_map or {})
+    for key in ("scheme", "bytes_per_element", "single_layer", "pe_unroll", "profile"):
+        if key in settings and key in names:
+            defaults[key] = settings[key]
+    if "buffer" in settings:
+        size = str(settings["buffer"])
+        defaults.update({k: size for k in ("buffer", "buffers") if k in names})
+    ctx.default_map = defaults
+    return path
 
 
 def _registry_help(what: str, registry: Registry[Any]) -> str:
@@ -217,12 +255,34 @@ _PLAN_OPTIONS = [
     click.option("--seed", type=int, default=0, show_default=True),
     click.option("--bytes-per-element", type=int, default=1, show_default=True),
     click.option(
+        "--accelerator",
+        type=click.Path(exists=True, dir_okay=False),
+        is_eager=True,
+        callback=lambda ctx, _param, value: _read_accelerator(ctx, value),
+        help="An accelerator description (YAML or TOML: buffer, scheme, bytes per element, "
+        "PE unroll, ...); options given on the command line win over it.",
+    ),
+    click.option(
+        "--profile",
+        type=click.Choice(list(PROFILES)),
+        default="fusionplan",
+        show_default=True,
+        help="Cost conventions: fusionplan's, the fusion paper's, or Optimus's "
+        "(docs/cost-model.md).",
+    ),
+    click.option(
         "--single-layer",
         type=click.Choice(SINGLE_LAYER_CONVENTIONS),
-        default="tiled",
-        show_default=True,
-        help="How an op run alone is costed: cheapest intra-layer loop order, or the paper's "
-        "io + weights once (docs/cost-model.md).",
+        default=None,
+        help="How an op run alone is costed: cheapest intra-layer loop order (tiled, the "
+        "default), or the paper's io + weights once (the paper profile's).",
+    ),
+    click.option(
+        "--pe-unroll",
+        type=click.IntRange(min=0),
+        default=None,
+        help=f"BRR channel slice k: output channels the PE array unrolls (default "
+        f"{DEFAULT_PE_UNROLL}; 0: full-channel buffering).",
     ),
     click.option(
         "--input-shape",
