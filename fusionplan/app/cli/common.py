@@ -202,7 +202,10 @@ def _read_accelerator(ctx: click.Context, path: str | None) -> str | None:
     option given on the command line wins), before any other option is read."""
     if path is None:
         return None
-    settings = read_description(path)
+    try:
+        settings = read_description(path)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
     names = {p.name for p in ctx.command.params}
     defaults = dict(ctx.default_map or {})
     for key in ("scheme", "bytes_per_element", "single_layer", "pe_unroll", "profile"):
