@@ -57,7 +57,11 @@ so they cost transitions, not states. Two exact reductions are used instead:
     ``K >= 1`` and ``H_out >= 1``); the external inputs of a down-set of R are produced in
     D or are graph inputs, so they stay external in G, with rows (a max over in-group
     consumers) non-decreasing likewise, and G only adds terms. Validity
-    (``footprint < beta``) is therefore monotone.
+    (``footprint < beta``) is therefore monotone. Channel slices and in-place ops keep it
+    per parity (an op's slicing depends only on its in-group ancestors, which S and G
+    share; G can only take an in-place op's sole reader away), and validity is "some parity
+    fits" (docs/cost-model.md, "Channel slices"). Optimus's ``no-local-start`` is monotone
+    too: a source of S is a source of G.
 
   A cost model declares this property with :meth:`CostModel.monotone_over_downsets`
   (LBDF always, BRR when every tensor has >= 1 row); for a scheme that does not, growth
