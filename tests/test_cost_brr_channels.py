@@ -90,10 +90,14 @@ def test_optimus_conventions_by_hand():
     cm = chain(pe_unroll=2, in_place=False, conventions=frozenset({"free-activations"}))
     assert footprint(cm)[0] == 96 + 16 + 80
     assert cm.cost(mask_of((1,))) == (0, 0, True)
-    # no-local-start: relu -> conv2 starts with the relu, so it cannot be fused
-    cm = chain(conventions=frozenset({"no-local-start"}))
-    assert not cm.cost(mask_of((1, 2))).valid
-    assert cm.cost(mask_of((0, 1, 2))).valid and cm.cost(mask_of((1,))).valid
+    # no-local-start: a group may not start with the residual add (local), but may with an
+    # activation (Optimus's networks have none: the group starts at the next conv)
+    graph = to_graph(residual_block())  # 3 conv2 -> 4 add -> 5 relu2
+    accel = Accelerator(1 << 20, "brr", conventions=frozenset({"no-local-start"}))
+    cm = make_cost_model(graph, accel)
+    assert not cm.cost(mask_of((4, 5))).valid
+    assert cm.cost(mask_of((3, 4, 5))).valid and cm.cost(mask_of((4,))).valid
+    assert cm.cost(mask_of((2, 3))).valid  # relu1 -> conv2
 
 
 def test_residual_add_in_place_over_its_conv():
