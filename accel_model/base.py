@@ -101,8 +101,9 @@ class CostModel(ABC):
         return result
 
     def layer_tiling(self, v: int) -> LayerTiling:
-        """The cheapest intra-layer loop order of op ``v`` alone at this buffer (Optimus's
-        loop blockings for a dense layer under its ``optimus-single-layer`` convention)."""
+        """The cheapest intra-layer loop order of op ``v`` alone at this buffer (under the
+        ``optimus-single-layer`` convention, Optimus's loop blockings of a dense layer where
+        they are cheaper: each is non-increasing in the buffer, so their minimum is)."""
         geo = layer_geometry(self.graph, v, self.io_elements(1 << v), self.node_weights[v])
         tiled = single_layer_tiling(geo, self.b, self.beta)
         if "optimus-single-layer" not in self.accel.conventions:
@@ -122,8 +123,8 @@ class CostModel(ABC):
             self.accel.pe_unroll or 1,
             self.beta // self.b,
         )
-        if blocked is None:
-            return tiled
+        if blocked is None or blocked >= tiled.dram:
+            return tiled  # the cheaper of the two keeps the cost monotone in the buffer
         return LayerTiling("optimus-blocking", 1, blocked)
 
     def monotone_over_downsets(self) -> bool:
