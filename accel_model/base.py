@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from accel_model.accelerator import Accelerator
-from accel_model.channels import ChannelRole, channel_role, is_depthwise
+from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_depthwise
 from accel_model.layer import LayerTiling, layer_geometry, optimus_blocking, single_layer_tiling
+from accel_model.rows import is_tiling_pool
 from fusionplan.ir.graph import Group, OpGraph, bits
 
 
@@ -52,6 +53,15 @@ class CostModel(ABC):
         )
         # ops that cost nothing run on their own (Optimus's free unfused local layers)
         self.free_alone: Group = 0
+        # ops that can run as a layer's epilogue, in place over its output
+        self._out_shape = tuple(graph.out_shape(v) for v in range(len(graph)))
+        self._epilogue_ops: Group = 0
+        if accel.in_place:
+            self._epilogue_ops = sum(
+                1 << v
+                for v, node in enumerate(graph.nodes)
+                if in_place_inputs(graph, v) or is_tiling_pool(node)
+            )
         t = graph.tensors
         self._in = tuple(
             tuple((ti, t[ti].producer, t[ti].size) for ti in n.inputs) for n in graph.nodes
@@ -87,18 +97,50 @@ class CostModel(ABC):
         return self._evaluate(group)
 
     def _evaluate(self, group: Group) -> GroupCost:
-        """The scheme's cost, except that one op is never charged more than it costs run on
-        its own (docs/cost-model.md, "Single-layer cost"): this keeps every cost
-        non-increasing in the buffer."""
+        """The scheme's cost, except that one op, or one op with an elementwise epilogue, is
+        never charged more than it costs run on its own (docs/cost-model.md, "Single-layer
+        cost"): this keeps every cost non-increasing in the buffer."""
         if group & self.free_alone and not group & (group - 1):
             return GroupCost(0, 0, True)
         result = self._compute(group)
-        if not group or group & (group - 1) or self.accel.single_layer == "paper":
+        if not group or self.accel.single_layer == "paper":
             return result
+        if group & (group - 1):
+            core = self._epilogue_core(group) if result.valid else None
+            if core is None:
+                return result
+            # the layer's loop order, its epilogue applied to each output as it is written
+            extra = self.io_elements(group) - self.io_elements(1 << core)
+            extra += self.weight_elements(group & ~(1 << core))
+            alone = (self.layer_tiling(core).dram + extra) * self.b
+            return result._replace(dram=alone) if alone < result.dram else result
         alone = self.layer_tiling(group.bit_length() - 1).dram * self.b
         if not result.valid or alone < result.dram:
             return result._replace(dram=alone)
         return result
+
+    def _epilogue_core(self, group: Group) -> int | None:
+        """The op ``group`` is, with an epilogue applied to each output as it is produced: up
+        to 3 ops, each elementwise over in-group inputs of its own shape (a bias, an
+        activation, a residual add) or a non-overlapping pooling of one in-group input;
+        None for any other group (docs/cost-model.md, "Single-layer cost")."""
+        if group.bit_count() > 4 or not self._epilogue_ops:
+            return None
+        core = (group & -group).bit_length() - 1
+        rest = group & ~(1 << core)
+        if rest & ~self._epilogue_ops:
+            return None
+        shapes, pred, nodes = self._out_shape, self.graph.pred_mask, self.graph.nodes
+        for e in bits(rest):
+            producers = bits(pred[e] & group)
+            if not producers:
+                return None
+            if nodes[e].kind == "pool":
+                if len(producers) > 1:
+                    return None
+            elif any(shapes[p] != shapes[e] for p in producers):
+                return None
+        return core
 
     def layer_tiling(self, v: int) -> LayerTiling:
         """The cheapest intra-layer loop order of op ``v`` alone at this buffer (under the

@@ -74,3 +74,15 @@ def row_window(graph: OpGraph, v: int) -> tuple[float, float]:
 def input_rows(k: float, s: float, h_out_rows: int, h_cap: int) -> int:
     """Input rows needed for ``h_out_rows`` output rows, capped at the input's height."""
     return min(math.ceil((h_out_rows - 1) * s + k - 1e-9), h_cap)
+
+
+def is_tiling_pool(node: Node) -> bool:
+    """A pooling whose windows tile its input (kernel = stride, no padding, no dilation):
+    each input element feeds one output, so it can pool a layer's outputs as they are
+    written (an epilogue)."""
+    return (
+        node.kind == "pool"
+        and node.kernel == node.stride
+        and not any(node.pads)
+        and node.dilation == (1, 1)
+    )

@@ -139,3 +139,21 @@ def test_accelerator_settings_are_checked():
         Accelerator.of("1KB", "brr", profile="fast")
     assert Accelerator.of("1KB", "brr", profile="paper").profile == "paper"
     assert Accelerator.of("1KB", "brr", pe_unroll=8).profile == "custom"
+
+
+def test_an_activation_runs_as_its_layers_epilogue():
+    # beta 140: conv1 + relu fits (footprint 32 + x 3*32 = 128, the relu in place) but its
+    # 148 weights stream once per row: BRR gives 512 + 8 * 148 = 1696. conv1 alone runs by
+    # row bands over 4 column strips (f(8) = 256 + 256, a quarter 128 < 140): one band, 4
+    # weight reads, 512 + 4 * 148 = 1104; the relu, applied to each output as it is
+    # written, moves nothing more (its output replaces conv1's): the pair costs 1104 too.
+    cm = chain(140, pe_unroll=0)
+    pair = mask_of((0, 1))
+    assert cm._compute(pair) == (128, 512 + 8 * 148, True)
+    assert cm.layer_tiling(0).dram == 512 + 4 * 148
+    assert cm.cost(pair) == (128, 1104, True) and cm.cost(mask_of((0,))).dram == 1104
+    # no epilogue under the paper's conventions (nothing runs in place there)
+    paper = chain(140, pe_unroll=0, in_place=False)
+    assert paper._epilogue_core(pair) is None
+    # a group of two layers is not a layer with an epilogue
+    assert chain(1 << 20)._epilogue_core(WHOLE) is None
