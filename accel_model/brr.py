@@ -167,17 +167,18 @@ class BRR(CostModel):
         return self.b * total
 
     def _rows(
-        self, group: Group, sink_rows: int = 1
+        self, group: Group, nodes: list[int], sink_rows: int = 1
     ) -> tuple[dict[int, int], dict[int, float], int]:
-        """Rows each op keeps, its row scale, and H_out(L): the backward pass (docs/cost-
-        model.md, "BRR"), flat with ``input_rows`` inlined (same arithmetic). The last ops
-        keep ``sink_rows`` rows (1: the footprint; a tile's height: the rows per tile)."""
+        """Rows each op of ``nodes`` (the bits of ``group``) keeps, its row scale, and
+        H_out(L): the backward pass (docs/cost-model.md, "BRR"), flat with ``input_rows``
+        inlined (same arithmetic). The last ops keep ``sink_rows`` rows (1: the footprint;
+        a tile's height: the rows per tile)."""
         consumers_of, window, out_hw = self._consumers, self._window, self._out_hw
         ceil = math.ceil
         rows: dict[int, int] = {}
         scale: dict[int, float] = {}
         last_height = 1
-        for v in reversed(bits(group)):
+        for v in reversed(nodes):
             h_out = out_hw[v][1]
             need, sc, sink = 0, 0.0, True
             for c in consumers_of[v]:
@@ -199,52 +200,68 @@ class BRR(CostModel):
             rows[v], scale[v] = need, sc
         return rows, scale, last_height
 
-    def _sliced(self, group: Group, parity: int) -> Group:
-        """The ops of ``group`` that keep a channel slice under ``parity``: a mixing op whose
-        in-group producers all keep every channel, at every other mixing depth; a local op
-        with a sliced in-group producer. (Decided producers first, so it depends only on a
-        node's in-group ancestors.)"""
+    def sliced_ops(self, group: Group, nodes: list[int] | None = None) -> tuple[Group, Group]:
+        """The ops of ``group`` that keep a channel slice under parity 0 and parity 1: a
+        mixing op whose in-group producers all keep every channel, at every other mixing
+        depth; a local op with a sliced in-group producer (docs/cost-model.md, "Channel
+        slices"). Decided producers first, so it depends only on a node's in-group
+        ancestors."""
         role, ext_in = self._role, self._ext_in
         depth: dict[int, int] = {}
-        sliced = 0
-        for v in bits(group):
-            d, any_sliced = 0, False
+        even = odd = 0  # sliced under parity 0 (odd depths) and parity 1 (even depths)
+        for v in bits(group) if nodes is None else nodes:
+            d, from0, from1 = 0, False, False
             for _, p, _, _, _ in ext_in[v]:
                 if p >= 0 and group >> p & 1:
                     if depth[p] > d:
                         d = depth[p]
-                    if sliced >> p & 1:
-                        any_sliced = True
+                    if even >> p & 1:
+                        from0 = True
+                    if odd >> p & 1:
+                        from1 = True
             r = role[v]
             if r == _MIXING:
                 d += 1
-                if (d + parity) & 1 and not any_sliced:
-                    sliced |= 1 << v
-            elif r == _LOCAL and any_sliced:
-                sliced |= 1 << v
+                if d & 1:
+                    if not from0:
+                        even |= 1 << v
+                elif not from1:
+                    odd |= 1 << v
+            elif r == _LOCAL:
+                if from0:
+                    even |= 1 << v
+                if from1:
+                    odd |= 1 << v
             depth[v] = d
-        return sliced
+        return even, odd
 
     def terms(self, group: Group) -> BRRTerms:
         """Footprint, row step and tiling of ``group`` under its best channel-slicing parity
         (elements, not bytes; see BRRTerms)."""
-        rows, scale, last_height = self._rows(group)
-        weights = sum(self.node_weights[v] for v in bits(group))
+        nodes = bits(group)
+        rows, scale, last_height = self._rows(group, nodes)
+        node_weights = self.node_weights
+        weights = sum(node_weights[v] for v in nodes)
         b, beta = self.b, self.beta
-        best: BRRTerms | None = None
-        for parity in (0, 1) if self._partial else (0,):
-            sliced = self._sliced(group, parity) if self._partial else 0
-            footprint, row_step = self._footprint(group, rows, scale, sliced)
-            tt = BRRTerms(footprint, row_step, last_height, weights, parity).tile(b, beta)
-            if best is None or tt.dram_key(b, beta) < best.dram_key(b, beta):
-                best = tt
-        assert best is not None
+        sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
+        (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, sliced, nodes)
+        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta)
+        if self._partial:
+            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta)
+            if other.dram_key(b, beta) < best.dram_key(b, beta):
+                best = other
         return best
 
-    def _footprint(
-        self, group: Group, rows: dict[int, int], scale: dict[int, float], sliced: Group
-    ) -> tuple[int, float]:
-        """(footprint, row step) in elements for one slicing of ``group``."""
+    def footprints(
+        self,
+        group: Group,
+        rows: dict[int, int],
+        scale: dict[int, float],
+        sliced: tuple[Group, Group],
+        nodes: list[int] | None = None,
+    ) -> tuple[tuple[int, float], tuple[int, float]]:
+        """(footprint, row step) in elements of ``group`` under each of its two slicings
+        ``sliced`` (:meth:`sliced_ops`), in one pass."""
         out_hw, stored, in_place, readers = (
             self._out_hw,
             self._stored,
@@ -253,11 +270,13 @@ class BRR(CostModel):
         )
         channel_slice, role, window, ext_in = self._slice, self._role, self._window, self._ext_in
         barrier_whole = self._barrier_reads_whole
+        s0, s1 = sliced
         ceil = math.ceil
-        ext_rows: dict[int, list[int]] = {}  # external tensor -> [rows, row elements]
-        footprint = 0
-        row_step = 0.0
-        for v in bits(group):
+        # external tensor -> [rows, row elements under parity 0, under parity 1]
+        ext_rows: dict[int, list[int]] = {}
+        fp0 = fp1 = 0
+        rs0 = rs1 = 0.0
+        for v in bits(group) if nodes is None else nodes:
             c_out, _, w_out = out_hw[v]
             keeps = stored[v]
             if keeps:
@@ -265,34 +284,45 @@ class BRR(CostModel):
                     if p >= 0 and group >> p & 1 and readers[ti] & group == 1 << v:
                         keeps = False  # written over its only in-group reader's input
                         break
+            bit = 1 << v
             if keeps:
-                c = channel_slice[v] if sliced >> v & 1 else c_out
-                footprint += c * rows[v] * w_out
-                row_step += c * scale[v] * w_out
-            need = rows[v]
-            k, s = window[v]
+                h, sc = rows[v], scale[v]
+                c = channel_slice[v] if s0 & bit else c_out
+                fp0 += c * h * w_out
+                rs0 += c * sc * w_out
+                c = channel_slice[v] if s1 & bit else c_out
+                fp1 += c * h * w_out
+                rs1 += c * sc * w_out
             # a sliced mixing op or a barrier needs all channels of an external input; any
             # other reader takes it a channel slice at a time
-            whole = (role[v] == _BARRIER and barrier_whole) or (
-                role[v] == _MIXING and sliced >> v & 1
-            )
+            r = role[v]
+            barrier = r == _BARRIER and barrier_whole
+            whole0 = barrier or (r == _MIXING and s0 & bit)
+            whole1 = barrier or (r == _MIXING and s1 & bit)
+            need = rows[v]
+            k, s = window[v]
             for ti, producer, cw, h_in, slice_cw in ext_in[v]:
                 if producer >= 0 and group >> producer & 1:
                     continue
                 n = ceil((need - 1) * s + k - 1e-9)
                 if n > h_in:
                     n = h_in
-                width = cw if whole else slice_cw
+                w0 = cw if whole0 else slice_cw
+                w1 = cw if whole1 else slice_cw
                 kept = ext_rows.get(ti)
                 if kept is None:
-                    ext_rows[ti] = [n, width]
+                    ext_rows[ti] = [n, w0, w1]
                 else:
                     if n > kept[0]:
                         kept[0] = n
-                    if width > kept[1]:
-                        kept[1] = width
-        footprint += sum(r * w for r, w in ext_rows.values())
-        return footprint, row_step
+                    if w0 > kept[1]:
+                        kept[1] = w0
+                    if w1 > kept[2]:
+                        kept[2] = w1
+        for n, w0, w1 in ext_rows.values():
+            fp0 += n * w0
+            fp1 += n * w1
+        return (fp0, rs0), (fp1, rs1)
 
     def _compute(self, group: Group) -> GroupCost:
         b, beta = self.b, self.beta
@@ -316,7 +346,7 @@ class BRR(CostModel):
     def _fractional_weight_reads(self, group: Group, h_tile: int) -> int:
         """Optimus's reported weight traffic of a streamed group: each op's weights once per
         ``H_out(v) / H(v)``, H(v) its rows per tile of ``h_tile`` output rows (a fraction)."""
-        rows, _, _ = self._rows(group, h_tile)
+        rows, _, _ = self._rows(group, bits(group), h_tile)
         weights, out_hw = self.node_weights, self._out_hw
         reads = sum(weights[v] * out_hw[v][1] / rows[v] for v in bits(group) if weights[v])
         return math.ceil(reads - 1e-9)

@@ -49,15 +49,12 @@ def test_channel_slices_both_parities_by_hand():
     # parity 0: conv1 (mixing depth 1) sliced, relu follows it, conv2 (depth 2) whole:
     # conv1 2*8*3 + relu 2*8*3 + conv2 8*8*1 + x (all 4 channels: a sliced conv needs them)
     # 4*8*5 = 48 + 48 + 64 + 160 = 320; row step 16 + 16 + 64 = 96
-    sliced0 = cm._sliced(WHOLE, 0)
-    assert sliced0 == mask_of((0, 1))
-    rows, scale, _ = cm._rows(WHOLE)
-    assert cm._footprint(WHOLE, rows, scale, sliced0) == (320, 96)
     # parity 1: conv1 whole, relu whole, conv2 sliced: 96 + 96 + 2*8*1 + x a 2-channel slice
     # 2*8*5 = 96 + 96 + 16 + 80 = 288; row step 32 + 32 + 16 = 80
-    sliced1 = cm._sliced(WHOLE, 1)
-    assert sliced1 == mask_of((2,))
-    assert cm._footprint(WHOLE, rows, scale, sliced1) == (288, 80)
+    sliced = cm.sliced_ops(WHOLE)
+    assert sliced == (mask_of((0, 1)), mask_of((2,)))
+    rows, scale, _ = cm._rows(WHOLE, [0, 1, 2])
+    assert cm.footprints(WHOLE, rows, scale, sliced) == ((320, 96), (288, 80))
     # with room for everything the smaller footprint wins
     assert footprint(cm) == (288, 80, 1)
     assert len(g) == 3
