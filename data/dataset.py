@@ -230,6 +230,7 @@ def plan_generation(
     buffers_kb: Sequence[int] = BUFFERS_KB,
     schemes: Sequence[str] | None = None,
     bytes_per_element: int = 1,
+    profile: str = "fusionplan",
 ) -> GenerationPlan:
     """Resolve models (exporting zoo models on first use) and derive every shard's spec.
 
@@ -282,7 +283,8 @@ def plan_generation(
                     ShardSpec(m.name, role, m.source, m.graph_sha256, i, lo, hi, q, seed,
                               shard_seed(seed, m.name, i), buffers, schemes,
                               int(bytes_per_element), FEATURE_VERSION,
-                              (*_CUT_RANGES[i], _POOL_FACTOR, _MAX_STALE, _MAX_PARTITIONS))
+                              (*_CUT_RANGES[i], _POOL_FACTOR, _MAX_STALE, _MAX_PARTITIONS),
+                              FORMAT_VERSION, profile)
                 )  # fmt: skip
     params = {
         "seed": seed,
@@ -296,6 +298,8 @@ def plan_generation(
         "feature_version": FEATURE_VERSION,
         "format_version": FORMAT_VERSION,
     }
+    if profile != "fusionplan":  # the default is left out: older manifests still match
+        params["profile"] = profile
     return GenerationPlan(Path(out_dir), params, infos, shards, graphs)
 
 
@@ -377,6 +381,7 @@ def generate_dataset(
     buffers_kb: Sequence[int] = BUFFERS_KB,
     schemes: Sequence[str] | None = None,
     bytes_per_element: int = 1,
+    profile: str = "fusionplan",
     processes: int = DEFAULT_PROCESSES,
     engine: Engine | None = None,
     retries: int = 2,
@@ -393,6 +398,7 @@ def generate_dataset(
     on ``engine`` (default: ``processes`` local worker processes; or Ray); the bytes depend
     on neither. A shard that still fails after ``retries`` retries is listed in the manifest
     (``failed``) and raises :class:`DatasetError` after every other shard is saved.
+    ``profile`` names the cost conventions of the labels (the paper figure uses ``paper``).
     ``progress(done, total)`` is called with group quotas of finished shards (a shard that
     saturates below its quota still counts its whole quota, so the bar ends at ``total``).
     """
@@ -401,7 +407,7 @@ def generate_dataset(
     plan = plan_generation(
         out_dir, seed=seed, groups=groups, unseen_groups=unseen_groups, models=models,
         unseen_models=unseen_models, buffers_kb=buffers_kb, schemes=schemes,
-        bytes_per_element=bytes_per_element,
+        bytes_per_element=bytes_per_element, profile=profile,
     )  # fmt: skip
     root = plan.root
     root.mkdir(parents=True, exist_ok=True)

@@ -44,11 +44,13 @@ _MAX_PARTITIONS = 4000
 class _ModelContext:
     """Per-process cache of what sampling one model needs (graph, features, cost models)."""
 
-    def __init__(self, graph, buffers: Sequence[int], schemes: Sequence[str], b: int) -> None:
+    def __init__(
+        self, graph, buffers: Sequence[int], schemes: Sequence[str], b: int, profile: str
+    ) -> None:
         self.graph = graph
         self.table = node_feature_table(graph)
         self.models = {
-            (s, beta): make_cost_model(graph, Accelerator(beta, s, b))
+            (s, beta): make_cost_model(graph, Accelerator.of(beta, s, b, profile=profile))
             for s in schemes
             for beta in buffers
         }
@@ -80,7 +82,14 @@ def _load_graph(source: str, name: str):
 def _context(spec: ShardSpec, graph: OpGraph | None = None) -> _ModelContext:
     """The spec's model, ready to sample (cached per process); ``graph`` if the caller has it,
     else loaded from ``spec.source``."""
-    key = (spec.model, spec.graph_sha256, spec.buffers, spec.schemes, spec.bytes_per_element)
+    key = (
+        spec.model,
+        spec.graph_sha256,
+        spec.buffers,
+        spec.schemes,
+        spec.bytes_per_element,
+        spec.profile,
+    )
     ctx = _CONTEXTS.get(key)
     if ctx is None:
         graph = graph if graph is not None else _load_graph(spec.source, spec.model)
@@ -88,7 +97,7 @@ def _context(spec: ShardSpec, graph: OpGraph | None = None) -> _ModelContext:
             raise DatasetError(f"model {spec.model} changed while the dataset was generated")
         _CONTEXTS.clear()  # one model at a time per process keeps memory flat
         ctx = _CONTEXTS[key] = _ModelContext(
-            graph, spec.buffers, spec.schemes, spec.bytes_per_element
+            graph, spec.buffers, spec.schemes, spec.bytes_per_element, spec.profile
         )
     return ctx
 

@@ -70,6 +70,7 @@ class ShardSpec:
     feature_version: int
     sampler: tuple[float | int, ...] = ()  # (p_lo, p_hi, pool factor, max stale, max partitions)
     format_version: int = FORMAT_VERSION
+    profile: str = "fusionplan"  # the cost conventions labels are computed under
 
     @property
     def file(self) -> str:
@@ -80,6 +81,8 @@ class ShardSpec:
         d["buffers"] = list(self.buffers)
         d["schemes"] = list(self.schemes)
         d["sampler"] = list(self.sampler)
+        if self.profile == "fusionplan":
+            del d["profile"]  # the default: specs written before profiles existed still match
         return d
 
 

@@ -64,6 +64,7 @@ def valid_share(
         models=list(models),
         unseen_models=[],
         buffers_kb=list(buffers_kb),
+        profile="paper",  # a paper figure: the paper's BRR
         engine=engine or LocalEngine(1),
         progress=progress,
     )
