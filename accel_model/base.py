@@ -53,8 +53,8 @@ class CostModel(ABC):
         )
         # ops that cost nothing run on their own (Optimus's free unfused local layers)
         self.free_alone: Group = 0
-        # ops that can run as a layer's epilogue, in place over its output
-        self._out_shape = tuple(graph.out_shape(v) for v in range(len(graph)))
+        self._out_shape = tuple(graph.out_shape(v) for v in range(len(graph)))  # (C, H, W)
+        # ops that can run as a layer's epilogue, applied to its outputs as they are written
         self._epilogue_ops: Group = 0
         if accel.in_place:
             self._epilogue_ops = sum(

@@ -81,16 +81,15 @@ class BRR(CostModel):
         # the row-count induction needs every kept row count >= 1, i.e. no empty tensor
         self._heights_positive = all(x.shape[1] >= 1 for x in t)
         self._window = tuple(row_window(graph, v) for v in range(n))
-        self._out_hw = tuple(graph.out_shape(v) for v in range(n))
         self._consumers = tuple(tuple(bits(m)) for m in graph.succ_mask)
         self._role = tuple(channel_role(graph, v) for v in range(n))
         # channels op v keeps when it holds a slice (all of them when slicing is off)
         self._slice = tuple(
             min(pe, c) if pe and role != _BARRIER else c
-            for (c, _, _), role in zip(self._out_hw, self._role, strict=True)
+            for (c, _, _), role in zip(self._out_shape, self._role, strict=True)
         )
         self._partial = bool(pe) and any(
-            s < c for s, (c, _, _) in zip(self._slice, self._out_hw, strict=True)
+            s < c for s, (c, _, _) in zip(self._slice, self._out_shape, strict=True)
         )
         activations = [is_activation(graph, v) for v in range(n)]
         local_ops = {v for v in range(n) if self._role[v] == _LOCAL} | {
@@ -143,8 +142,8 @@ class BRR(CostModel):
             self.free_alone |= sum(1 << v for v in range(n) if activations[v])
 
     def monotone_over_downsets(self) -> bool:
-        # proof in search/exact.py; slicing, in-place rows and the conventions keep it
-        # (docs/cost-model.md, "BRR": "Monotone over down-sets")
+        # proof in search/exact.py; slices, in-place ops and Optimus's conventions keep it
+        # (docs/cost-model.md, "Channel slices")
         return self._heights_positive
 
     def buffer_floor(self, nodes: Group) -> int:
@@ -158,7 +157,7 @@ class BRR(CostModel):
         for x in bits(nodes):
             if not self._stored[x] or self._in_place[x]:
                 continue
-            _, h_out, w_out = self._out_hw[x]
+            _, h_out, w_out = self._out_shape[x]
             rows = 1
             for y in bits(succ[x] & nodes):
                 k, s = self._window[y]
@@ -173,7 +172,7 @@ class BRR(CostModel):
         H_out(L): the backward pass (docs/cost-model.md, "BRR"), flat with ``input_rows``
         inlined (same arithmetic). The last ops keep ``sink_rows`` rows (1: the footprint;
         a tile's height: the rows per tile)."""
-        consumers_of, window, out_hw = self._consumers, self._window, self._out_hw
+        consumers_of, window, out_hw = self._consumers, self._window, self._out_shape
         ceil = math.ceil
         rows: dict[int, int] = {}
         scale: dict[int, float] = {}
@@ -263,7 +262,7 @@ class BRR(CostModel):
         """(footprint, row step) in elements of ``group`` under each of its two slicings
         ``sliced`` (:meth:`sliced_ops`), in one pass."""
         out_hw, stored, in_place, readers = (
-            self._out_hw,
+            self._out_shape,
             self._stored,
             self._in_place,
             self._tensor_readers,
@@ -347,7 +346,7 @@ class BRR(CostModel):
         """Optimus's reported weight traffic of a streamed group: each op's weights once per
         ``H_out(v) / H(v)``, H(v) its rows per tile of ``h_tile`` output rows (a fraction)."""
         rows, _, _ = self._rows(group, bits(group), h_tile)
-        weights, out_hw = self.node_weights, self._out_hw
+        weights, out_hw = self.node_weights, self._out_shape
         reads = sum(weights[v] * out_hw[v][1] / rows[v] for v in bits(group) if weights[v])
         return math.ceil(reads - 1e-9)
 
