@@ -46,6 +46,7 @@ class CostModel(ABC):
         self.beta = accel.buffer_bytes
         self.stats = CacheStats()
         self._memo: dict[Group, GroupCost] = {}
+        self._layers: dict[int, LayerTiling] = {}  # op -> its loop order alone (epilogues reuse it)
         # weight elements per op; Optimus-like accelerators do not count depthwise weights
         self.node_weights = tuple(
             0 if not accel.depthwise_weights and is_depthwise(graph, v) else n.weights
@@ -145,7 +146,14 @@ class CostModel(ABC):
     def layer_tiling(self, v: int) -> LayerTiling:
         """The cheapest intra-layer loop order of op ``v`` alone at this buffer (under the
         ``optimus-single-layer`` convention, Optimus's loop blockings of a dense layer where
-        they are cheaper: each is non-increasing in the buffer, so their minimum is)."""
+        they are cheaper: each is non-increasing in the buffer, so their minimum is).
+        Computed once per op: a layer and each of its epilogue groups share it."""
+        hit = self._layers.get(v)
+        if hit is None:
+            hit = self._layers[v] = self._layer_tiling(v)
+        return hit
+
+    def _layer_tiling(self, v: int) -> LayerTiling:
         geo = layer_geometry(self.graph, v, self.io_elements(1 << v), self.node_weights[v])
         tiled = single_layer_tiling(geo, self.b, self.beta)
         if "optimus-single-layer" not in self.accel.conventions:

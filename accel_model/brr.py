@@ -332,9 +332,11 @@ class BRR(CostModel):
         footprint = b * tt.footprint
         valid = footprint < beta
         weights = b * tt.weights
-        dram = b * self.io_elements(group) + weights * tt.tiles
+        io = self.io_elements(group)
         if self._fractional_reads and valid and not tt.resident:
-            dram = b * (self.io_elements(group) + self._fractional_weight_reads(group, tt.h_tile))
+            dram = b * (io + self._fractional_weight_reads(group, tt.h_tile))
+        else:
+            dram = b * io + weights * tt.tiles
         if not valid:
             # Only unfusable singletons are ever costed invalid in a plan: layer by layer.
             return GroupCost(footprint, dram, False)
@@ -345,9 +347,10 @@ class BRR(CostModel):
     def _fractional_weight_reads(self, group: Group, h_tile: int) -> int:
         """Optimus's reported weight traffic of a streamed group: each op's weights once per
         ``H_out(v) / H(v)``, H(v) its rows per tile of ``h_tile`` output rows (a fraction)."""
-        rows, _, _ = self._rows(group, bits(group), h_tile)
+        nodes = bits(group)
+        rows, _, _ = self._rows(group, nodes, h_tile)
         weights, out_hw = self.node_weights, self._out_shape
-        reads = sum(weights[v] * out_hw[v][1] / rows[v] for v in bits(group) if weights[v])
+        reads = sum(weights[v] * out_hw[v][1] / rows[v] for v in nodes if weights[v])
         return math.ceil(reads - 1e-9)
 
     def _starts_local(self, group: Group) -> bool:

@@ -116,7 +116,7 @@ def run_certified(
     def publish() -> list[Row]:
         rows = [store.rows[k] for c in cells if (k := config.key(*c)) in store.rows]
         minutes = (time.perf_counter() - started) / 60
-        _publish(report_path, certified_section(rows, config, command, minutes), BEGIN, END)
+        publish_section(report_path, certified_section(rows, config, command, minutes), BEGIN, END)
         return rows
 
     done = 0
@@ -161,7 +161,7 @@ def run_certified(
     return publish()
 
 
-def _publish(report_path: str | Path, section: str, begin: str, end: str) -> None:
+def publish_section(report_path: str | Path, section: str, begin: str, end: str) -> None:
     """Replace this bench's generated section of the report (atomically)."""
     path = Path(report_path)
     write_text_atomic(path, splice(path, section, begin=begin, end=end))
@@ -267,7 +267,7 @@ def run_exact_table(
 
     def publish() -> list[Row]:
         rows = [store.rows[k] for k in keys.values() if k in store.rows]
-        _publish(
+        publish_section(
             report_path, exact_section(rows, buffers, command, limit_s), EXACT_BEGIN, EXACT_END
         )
         return rows

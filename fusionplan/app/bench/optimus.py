@@ -18,7 +18,7 @@ from pathlib import Path
 from accel_model import Accelerator
 from accel_model.accelerator import OPTIMUS_CONVENTIONS
 from data.zoo import load_zoo_model
-from fusionplan.app.bench.certified import _publish
+from fusionplan.app.bench.certified import publish_section
 from fusionplan.app.pipeline import PlanRequest, plan_graph
 
 BEGIN = "<!-- fusionplan bench optimus: begin (generated; edit outside these markers) -->"
@@ -76,8 +76,9 @@ class Cell:
 
 def solve(graph, accel: Accelerator, limit_s: float) -> Cell:
     """fusionplan's exact optimum of ``graph`` on ``accel`` and the time to prove it."""
-    request = PlanRequest(search="exact", budget=1, bound_time_s=0.0).on(accel)
-    request = replace(request, search_options={"time_limit_s": limit_s})
+    options = {"time_limit_s": limit_s}
+    request = PlanRequest(search="exact", budget=1, bound_time_s=0.0, search_options=options)
+    request = request.on(accel)
     start = time.perf_counter()
     plan = plan_graph(graph, request)
     seconds = time.perf_counter() - start
@@ -120,7 +121,7 @@ def run_optimus_bench(
             cells.append(solve(graph, acc, limit_s))
         steps[name] = cells
     section = optimus_section(side, steps, command)
-    _publish(report_path, section, BEGIN, END)
+    publish_section(report_path, section, BEGIN, END)
     return section
 
 

@@ -171,9 +171,10 @@ class PlanOptions:
             pe_unroll=self.pe_unroll,
             search_options=self.search_options(),
             bound_time_s=self.bound_time,
-            **self.file_settings(),
+            **self.file_settings,
         ).check()
 
+    @functools.cached_property
     def file_settings(self) -> dict[str, Any]:
         """The accelerator file's settings that have no option of their own (the others
         became the options' defaults when the file was read: see :func:`_read_accelerator`)."""
