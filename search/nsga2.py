@@ -21,6 +21,15 @@ Backends (``NSGA2Config.backend``; also the registry name ``"nsga2-openbox"``):
   :mod:`search.nsga2_openbox`). An optional extra.
 
 Seeded runs are deterministic: pymoo draws from ``np.random.default_rng(seed)`` only.
+They are also the same on every CPU: survival is :func:`stable_rank_and_crowding`, pymoo's
+``RankAndCrowding`` whose one sort that can see ties (ordering the last front by crowding
+distance) is stable; pymoo's own uses ``np.argsort(kind="quicksort")``, which numpy
+dispatches by CPU and which orders equal distances differently with AVX-512. Every other
+step of pymoo's survival and mating is tie-free or already stable: non-dominated ranks are
+a function of the objective values (``moocore.pareto_rank``; each front in index order),
+crowding distance sorts each objective with ``kind="mergesort"`` and inverts a permutation,
+the tournament compares values (a seeded coin on equal ones), two-point crossover sorts
+distinct cut points, and duplicate elimination compares distances with a threshold.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.result import SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
 from search.nsga2_openbox import MISSING, run_openbox
-from search.operators import PlanRepair, RandomCutSampling
+from search.operators import PlanRepair, RandomCutSampling, stable_randomized_argsort
 from search.problem import FusionProblem
 from search.result import Recorder
 
@@ -135,6 +144,40 @@ class NSGA2Search:
         return rec.result(self.name, seed, config=asdict(self.config), **extra)
 
 
+def stable_rank_and_crowding() -> Any:
+    """pymoo's NSGA-II survival (``RankAndCrowding()``: non-dominated fronts, crowding
+    distance ``"cd"``) with the last front ordered by :func:`stable_randomized_argsort`.
+
+    ``_do`` is pymoo 0.6.2's ``RankAndCrowding._do`` with that one call changed: same
+    random draws, same ``rank`` and ``crowding`` attributes, same survivors wherever
+    pymoo's quicksort keeps ties in order, and the same survivors on every CPU.
+    """
+    from pymoo.operators.survival.rank_and_crowding import RankAndCrowding
+
+    class StableRankAndCrowding(RankAndCrowding):
+        def _do(self, problem, pop, *args, random_state=None, n_survive=None, **kwargs):
+            F = pop.get("F").astype(float, copy=False)
+            survivors: list[int] = []
+            fronts = self.nds.do(F, n_stop_if_ranked=n_survive)
+            for k, front in enumerate(fronts):
+                order = np.arange(len(front))
+                if len(survivors) + len(order) > n_survive:
+                    # the splitting front: keep the least crowded, ties by a seeded shuffle
+                    n_remove = len(survivors) + len(front) - n_survive
+                    crowding = self.crowding_func.do(F[front, :], n_remove=n_remove)
+                    order = stable_randomized_argsort(crowding, random_state, descending=True)
+                    order = order[:-n_remove]
+                else:
+                    crowding = self.crowding_func.do(F[front, :], n_remove=0)
+                for j, i in enumerate(front):
+                    pop[i].set("rank", k)
+                    pop[i].set("crowding", crowding[j])
+                survivors.extend(front[order])
+            return pop[survivors]
+
+    return StableRankAndCrowding()
+
+
 def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorder
                ) -> dict[str, Any]:  # fmt: skip
     """The ask/tell loop; returns counters for the result's ``extra``."""
@@ -186,6 +229,7 @@ def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorde
         crossover=crossover,
         mutation=BitflipMutation(prob=1.0, prob_var=rate),
         repair=PlanRepairOp(),
+        survival=stable_rank_and_crowding(),
         eliminate_duplicates=cfg.eliminate_duplicates,
     )
     # pymoo re-mates up to 100 times to fill a generation with unique offspring; on small

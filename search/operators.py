@@ -21,7 +21,9 @@ Two encodings are used by the searches:
     per plan, then independent bits);
   - :class:`EdgeCodec` — decode / encode between bit-strings and groups (fast);
   - :class:`PlanRepair` — make each bit-string the cut bits of the valid plan it becomes
-    (sound, invalid groups split), memoised, so a population carries valid plans.
+    (sound, invalid groups split), memoised, so a population carries valid plans;
+  - :func:`stable_randomized_argsort` — the sort NSGA-II's survival orders a front by
+    (pymoo's ``randomized_argsort`` with a stable sort, so ties never depend on the CPU).
 
 Crossover and bit-flip mutation for bit-strings are the standard ones of the GA library in
 use (pymoo's two-point / uniform crossover and bit-flip mutation); nothing here imports
@@ -267,3 +269,27 @@ class PlanRepair:
     def plan_of(self, x: np.ndarray) -> tuple[Group, ...]:
         """The realised plan (all groups, sorted) of a bit-string."""
         return self._entry(x)[1]
+
+
+def stable_randomized_argsort(
+    values: np.ndarray, rng: np.random.Generator, descending: bool = False
+) -> np.ndarray:
+    """pymoo's ``randomized_argsort(values, method="numpy", random_state=rng)``, made stable.
+
+    pymoo shuffles the indices with ``rng.permutation`` (so ties are broken at random) and
+    then sorts with ``np.argsort(kind="quicksort")``, which is not stable: numpy picks the
+    sort by CPU (an AVX-512 sort on AVX-512 machines, introsort elsewhere), and they order
+    equal values (several ``inf`` crowding distances) differently, so a seeded NSGA-II run
+    gave different plans on different CPUs. Here the shuffled indices are sorted stably:
+    the same random draw (one ``permutation``), ties kept in shuffled order, then reversed
+    for ``descending`` as pymoo does (``np.flip`` of the ascending order). Equal to pymoo's
+    result wherever numpy's quicksort keeps ties in order: without AVX-512, numpy 1.26's
+    introsort sorts up to 17 keys by insertion sort alone, which is stable. Only a front of
+    18 or more points with ties (possible from ``pop_size=9`` up, when nearly all of the
+    merged population is mutually non-dominated) can come out otherwise than pymoo's did
+    there; the recorded plan digests (``pop_size=10``) are unchanged.
+    """
+    values = np.asarray(values)
+    perm = rng.permutation(len(values))
+    order = perm[np.argsort(values[perm], kind="stable")]
+    return np.flip(order, axis=0) if descending else order
