@@ -12,6 +12,7 @@ one import line below (or, from outside the package, the registration line alone
 
 from fusionplan.planning.result import Candidate, ExactBound, SearchResult
 from search.base import SEARCHES, Search, make_search, search_names
+from search.effort import WORK_SEARCHES
 from search.problem import BudgetExhausted, FusionProblem
 from search.result import Recorder
 
@@ -27,6 +28,7 @@ from search.auto import AutoConfig, AutoSearch
 
 __all__ = [
     "SEARCHES",
+    "WORK_SEARCHES",
     "AutoConfig",
     "AutoSearch",
     "BudgetExhausted",

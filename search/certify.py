@@ -1,10 +1,12 @@
 """Every plan certified: a proven lower bound on the optimum DRAM and the plan's gap to it.
 
 The exact and auto searches carry their own A* bound. For any other search the pipeline
-calls :func:`certify`: A* runs for at most ``time_limit_s`` with the search's plan as the
-first upper bound, so it either proves that plan optimal or leaves the smallest f of its
-open states as the bound; with no time (or a graph too branchy to count) the static
-:class:`~accel_model.bounds.TrafficBound` is the bound (docs/design.md, "Certified plans").
+calls :func:`certify`: A* runs for ``effort`` x ``CERTIFY_UNITS`` work units
+(search/effort.py) with the search's plan as the first upper bound, so it either proves that
+plan optimal or leaves the smallest f of its open states as the bound; with effort 0 (or a
+graph too branchy to count) the static :class:`~accel_model.bounds.TrafficBound` is the
+bound (docs/design.md, "Certified plans"). Counting work, not seconds, gives the same
+certificate on every machine; ``time_limit_s`` is only a safety cap.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import time
 
 from fusionplan.planning.result import Certificate, SearchResult
-from search.exact import ExactSolver, count_downsets, solve
+from search.effort import CERTIFY_UNITS, clock_end, units
+from search.exact import ExactSolver, SolveLimits, count_downsets, solve
 from search.problem import FusionProblem
 
 DEFAULT_MAX_DOWNSETS = 200_000
@@ -26,7 +29,8 @@ def relative_gap(dram: int, lower_bound: int) -> float:
 def certify(
     problem: FusionProblem,
     result: SearchResult,
-    time_limit_s: float,
+    effort: float = 1.0,
+    time_limit_s: float | None = None,
     max_downsets: int = DEFAULT_MAX_DOWNSETS,
 ) -> Certificate:
     """The certificate of ``result.best`` (see the module docstring)."""
@@ -38,15 +42,18 @@ def certify(
     t0 = time.perf_counter()
     solver = ExactSolver(problem.cost_model, problem.unfusable)
     static = solver.bound.total()
-    if time_limit_s <= 0 or not count_downsets(problem.graph, max_downsets)[1]:
+    if effort <= 0 or not count_downsets(problem.graph, max_downsets)[1]:
         return Certificate(static, relative_gap(dram, static), "traffic bound", _since(t0))
-    deadline = t0 + time_limit_s
-    out = solve(solver, deadline, t0, deadline, incumbent=(dram, list(result.best.groups)))
+    limits = SolveLimits.of(units(effort, CERTIFY_UNITS), 0.0, clock_end(time_limit_s, t0))
+    out = solve(solver, limits, incumbent=(dram, list(result.best.groups)))
+    seconds, work = _since(t0), solver.work
     if out.optimal:
         method = "optimal" if out.dram >= dram else "exact optimum"
-        return Certificate(out.dram, relative_gap(dram, out.dram), method, _since(t0))
-    lb = max(out.lower_bound, static)
-    return Certificate(lb, relative_gap(dram, lb), "A* bound", _since(t0))
+        lb = out.dram
+    else:
+        method, lb = "A* bound", max(out.lower_bound, static)
+    stopped = "" if out.optimal else out.stopped_by
+    return Certificate(lb, relative_gap(dram, lb), method, seconds, work, stopped)
 
 
 def _since(t0: float) -> float:

@@ -107,6 +107,7 @@ Ties between optimal plans are broken deterministically (search order), not by M
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -117,6 +118,16 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.planning.result import ExactBound, SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
+from search.effort import (
+    EXACT_UNITS,
+    STOP_CLOCK,
+    STOP_OPTIMAL,
+    STOP_WORK,
+    check_effort,
+    check_time_cap,
+    clock_end,
+    units,
+)
 from search.problem import FusionProblem
 from search.result import Recorder
 
@@ -132,15 +143,16 @@ Transition = tuple[Group, Group, Group, int]
 class ExactConfig:
     """Settings of :class:`ExactSearch` (``make_search("exact", **fields)``)."""
 
-    time_limit_s: float = 60.0  # wall-clock limit of the whole run
+    effort: float = 1.0  # work of the whole run, in units of EXACT_UNITS (search/effort.py)
+    time_limit_s: float | None = None  # wall-clock safety cap; None: none
     max_downsets: int = 200_000  # refuse graphs with more down-sets than this
     greedy_dive: bool = True  # greedy upper bound before A* (prunes; anytime answer)
-    dive_share: float = 0.2  # at most this share of the time limit for that first dive
+    dive_share: float = 0.2  # at most this share of the work for that first dive
+    work: int | None = None  # the run's units, overriding effort (auto sets it)
 
     def __post_init__(self) -> None:
-        t = self.time_limit_s
-        if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
-            raise ConfigError(f"exact option time_limit_s must be a number > 0, got {t!r}")
+        check_effort("exact option", self.effort)
+        check_time_cap("exact option", self.time_limit_s)
         m = self.max_downsets
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise ConfigError(f"exact option max_downsets must be an integer >= 1, got {m!r}")
@@ -151,6 +163,13 @@ class ExactConfig:
         s = self.dive_share
         if isinstance(s, bool) or not isinstance(s, int | float) or not 0 <= s <= 1:
             raise ConfigError(f"exact option dive_share must be in [0, 1], got {s!r}")
+        w = self.work
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
+            raise ConfigError(f"exact option work must be an integer >= 1, got {w!r}")
+
+    @property
+    def total_work(self) -> int:
+        return self.work if self.work is not None else units(self.effort, EXACT_UNITS)
 
 
 # ------------------------------------------------------------------------ tractability
@@ -236,10 +255,36 @@ class ExactSolver:
         self.prune = cm.monotone_over_downsets()  # module docstring: why pruning is exact
         self._h: dict[Group, int] = {}
         self._expanded: dict[Group, list[Transition]] = {}
-        self.deadline = float("inf")
+        self.work = 0  # units spent (search/effort.py): candidate groups visited
+        self.work_end = math.inf  # stop once ``work`` passes this
+        self.clock_end = math.inf  # the wall-clock safety cap (perf_counter reading)
+        self.stopped_by: str | None = None  # STOP_WORK or STOP_CLOCK once a limit is hit
         self.states = 0  # complete expansions
         self.groups_enumerated = 0  # candidate sets visited (costed)
         self.transitions = 0
+
+    # -- work -------------------------------------------------------------------------
+    def spend(self) -> bool:
+        """Count one unit of work; True when the run must stop (its units are spent, or,
+        checked every 256 units, the clock is past the safety cap)."""
+        self.work += 1
+        if self.work > self.work_end:
+            self.stopped_by = STOP_WORK
+            return True
+        if not self.work & 255 and time.perf_counter() > self.clock_end:
+            self.stopped_by = STOP_CLOCK
+            return True
+        return False
+
+    def exhausted(self) -> bool:
+        """Whether the current limit is reached, without spending."""
+        if self.work >= self.work_end:
+            self.stopped_by = STOP_WORK
+            return True
+        if time.perf_counter() > self.clock_end:
+            self.stopped_by = STOP_CLOCK
+            return True
+        return False
 
     # -- bounds -----------------------------------------------------------------------
     def h(self, done: Group) -> int:
@@ -283,7 +328,8 @@ class ExactSolver:
     def expand(self, done: Group, dive: bool = False) -> list[Transition]:
         """Every connected, valid down-set of the remaining graph as a transition.
 
-        A* calls it once per state; it raises :class:`_Timeout` at the deadline. A greedy
+        A* calls it once per state; it raises :class:`_Timeout` when the work is spent
+        (each candidate visited is one unit, :meth:`spend`). A greedy
         dive (``dive``) gets the transitions found so far instead (the ready singletons
         come first), and a complete list is kept for A* to take over (A*'s own are not
         kept: it never asks twice).
@@ -306,7 +352,7 @@ class ExactSolver:
                 continue
             seen.add(group)
             visited += 1
-            if not visited & 127 and time.perf_counter() > self.deadline:
+            if self.spend():
                 if not dive:
                     self.groups_enumerated += visited
                     raise _Timeout
@@ -345,11 +391,11 @@ class ExactSolver:
     def dive(self, state: Group, g: int, path: list[Group]) -> tuple[int, list[Group]]:
         """Greedy completion of ``path`` (which executes ``state`` at DRAM ``g``): take the
         transition with the least traffic beyond ``h`` per node added (larger first on
-        ties). Past the deadline it finishes with singletons (always valid)."""
+        ties). Once the work is spent it finishes with singletons (always valid)."""
         path = list(path)
         h = self.h
         while state != self.all:
-            if time.perf_counter() > self.deadline:
+            if self.exhausted():
                 return self._finish_singletons(state, g, path)
             options = self.expand(state, dive=True)
             h0 = h(state)
@@ -387,32 +433,52 @@ class ExactOutcome:
     optimal: bool
     states: int  # expanded completely (by A* or a greedy dive)
     states_generated: int
+    stopped_by: str = STOP_OPTIMAL  # or STOP_WORK / STOP_CLOCK (search/effort.py)
+
+
+@dataclass(frozen=True)
+class SolveLimits:
+    """How much work one :func:`solve` may do, in units counted from its start: the first
+    greedy dive stops at ``dive``, A* at ``search``, the dives after A* stops at ``total``
+    (the 5 % or so between them). ``clock_end`` is the wall-clock safety cap."""
+
+    dive: int
+    search: int
+    total: int
+    clock_end: float = math.inf
+
+    @classmethod
+    def of(cls, work: int, dive_share: float = 0.0, clock_end: float = math.inf) -> SolveLimits:
+        """``work`` units: ``dive_share`` of them for the first dive, 95 % in all for A*."""
+        search = max(1, int(0.95 * work))
+        return cls(int(dive_share * work), search, max(work, search), clock_end)
 
 
 def solve(
     solver: ExactSolver,
-    deadline: float,
-    dive_deadline: float,
-    hard_deadline: float,
+    limits: SolveLimits,
     incumbent: tuple[int, list[Group]] | None = None,
 ) -> ExactOutcome:
-    """A* from the start state; see the module docstring. The first greedy dive runs until
-    ``dive_deadline``, A* until ``deadline``, the dives after a timeout until
-    ``hard_deadline``. ``incumbent`` ``(dram, groups)``, a known valid plan (atoms
-    included), is the first upper bound: A* then proves it optimal or finds better."""
+    """A* from the start state within ``limits``; see the module docstring. ``incumbent``
+    ``(dram, groups)``, a known valid plan (atoms included), is the first upper bound: A*
+    then proves it optimal or finds better."""
+    base = solver.work
+    solver.clock_end = limits.clock_end
+    solver.stopped_by = None
     start, g0 = solver.start_state()
     h = solver.h
     # upper bound: the all-singleton plan, then a greedy dive
     start_path = solver.atoms_in(start)
     ub, ub_path = solver._finish_singletons(start, g0, list(start_path))
-    solver.deadline = dive_deadline
-    if dive_deadline > time.perf_counter():
+    if limits.dive > 0:
+        solver.work_end = base + limits.dive
         d_ub, d_path = solver.dive(start, g0, start_path)
         if d_ub < ub:
             ub, ub_path = d_ub, d_path
     if incumbent is not None and incumbent[0] < ub:
         ub, ub_path = incumbent[0], list(incumbent[1])
-    solver.deadline = deadline
+    solver.work_end = base + limits.search
+    solver.stopped_by = None  # the dive's own stop is not the run's
 
     if start == solver.all:
         return ExactOutcome(ub_path, ub, ub, True, 0, 1)
@@ -438,7 +504,7 @@ def solve(
             f, neg_g, _, state = heap[0]
             if f >= ub:
                 break  # nothing open can beat the best plan: it is optimal
-            if time.perf_counter() > deadline:
+            if solver.exhausted():
                 raise _Timeout
             heapq.heappop(heap)
             g = -neg_g
@@ -470,14 +536,15 @@ def solve(
     else:
         return ExactOutcome(ub_path, ub, ub, True, solver.states, generated)
 
-    # time is up: bound, then dives from the most promising open states
+    # the work is spent: bound, then dives from the most promising open states
+    stopped_by = solver.stopped_by or STOP_WORK
     lower = min(ub, heap[0][0] if heap else ub)
     if interrupted_f is not None:
         lower = min(lower, interrupted_f)
-    solver.deadline = hard_deadline
+    solver.work_end = base + limits.total
     tried = 0
     for f, neg_g, _, state in sorted(heap):
-        if tried >= 8 or f >= ub or time.perf_counter() > solver.deadline:
+        if tried >= 8 or f >= ub or solver.exhausted():
             break
         if state in closed or -neg_g > best_g[state]:
             continue
@@ -485,7 +552,11 @@ def solve(
         d_ub, d_path = solver.dive(state, -neg_g, path_to(state))
         if d_ub < ub:
             ub, ub_path = d_ub, d_path
-    return ExactOutcome(ub_path, ub, lower, lower >= ub, solver.states, generated)
+    optimal = lower >= ub
+    return ExactOutcome(
+        ub_path, ub, lower, optimal, solver.states, generated,
+        STOP_OPTIMAL if optimal else stopped_by,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------ the search
@@ -511,16 +582,14 @@ class ExactSearch:
             ) -> SearchResult:  # fmt: skip
         check_start(problem)
         cfg = self.config
-        t0 = time.perf_counter()
+        end = clock_end(cfg.time_limit_s)
         rec = Recorder(problem, progress)
         count = check_tractable(problem.graph, cfg.max_downsets)
         solver = ExactSolver(problem.cost_model, problem.unfusable)
-        # the final dives and the single evaluation need a little time: keep 5 % back
-        limit = cfg.time_limit_s
-        dive_deadline = t0 + cfg.dive_share * limit if cfg.greedy_dive else t0
+        dive = cfg.dive_share if cfg.greedy_dive else 0.0
         warm = rec.best  # a warm-start plan is the first upper bound
         incumbent = (warm.dram, list(warm.groups)) if warm is not None else None
-        out = solve(solver, t0 + 0.95 * limit, dive_deadline, t0 + limit, incumbent)
+        out = solve(solver, SolveLimits.of(cfg.total_work, dive, end), incumbent)
         unf = problem.unfusable
         cand = problem.evaluate([grp for grp in out.groups if not grp & unf])
         if cand.dram != out.dram:  # the plan is costed twice, by the DP and by the problem
@@ -542,6 +611,8 @@ class ExactSearch:
             transitions=solver.transitions,
             downsets=count,
             pruned_by_buffer=solver.prune,
+            stopped_by=out.stopped_by,
+            work=solver.work,
         )
         return rec.result(self.name, seed, config=asdict(cfg), exact=bound)
 

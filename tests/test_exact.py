@@ -29,6 +29,7 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits, weak_components
 from fusionplan.planning.split import make_splitter
 from search import ExactConfig, FusionProblem, make_search, search_names
+from search.effort import EXACT_UNITS
 from search.exact import ExactSolver, count_downsets
 from tests.random_dags import random_dag, small_buffer
 
@@ -218,12 +219,12 @@ def test_without_buffer_pruning_same_optimum(seed, scheme):
     assert result.best.dram == brute_force(seed, scheme)[0]
 
 
-# ------------------------------------------------------------------------ time limit, bound
+# ------------------------------------------------------------------------ effort, bound
 @pytest.mark.parametrize("seed,scheme", CASES[::3])
-def test_time_limit_gives_valid_plan_and_lower_bound(seed, scheme):
+def test_a_spent_effort_gives_valid_plan_and_lower_bound(seed, scheme):
     opt = brute_force(seed, scheme)[0]
     problem = case_problem(seed, scheme)
-    result = make_search("exact", time_limit_s=1e-9).run(problem, 0)
+    result = make_search("exact", work=1).run(problem, 0)
     lower = result.exact.lower_bound_bytes
     assert lower <= opt <= result.best.dram
     assert result.exact.optimal == (lower == result.best.dram)
@@ -237,26 +238,40 @@ def _medium_graph_problem(scheme: str = "brr", seed: int = 1) -> FusionProblem:
     return make_problem(graph, scheme, small_buffer(cost_model_class(scheme), graph, seed))
 
 
-def test_timeout_on_a_larger_graph():
+def test_work_limits_on_a_larger_graph():
     full = make_search("exact").run(_medium_graph_problem(), 0)
     assert full.exact.optimal and full.exact.states > 100
+    assert full.exact.stopped_by == "optimal" and full.exact.work > 0
     opt = full.best.dram
     problem = _medium_graph_problem()
-    cut = make_search("exact", time_limit_s=1e-9).run(problem, 0)
+    cut = make_search("exact", work=1).run(problem, 0)
     bound = cut.exact
-    assert bound.optimal is False and bound.status == "time limit"
+    assert bound.optimal is False and bound.status == "effort spent"
     assert bound.lower_bound_bytes <= opt < cut.best.dram
     assert bound.gap > 0
     problem.to_plan(cut.best).validate()
-    # limits that stop A* part-way (with or without the greedy dive): the bound holds
-    for limit in (0.01, 0.03, 0.1):
+    # work that stops A* part-way (with or without the greedy dive): the bound holds, the
+    # units are respected, and the same work gives the same plan and bound every time
+    for work in (500, 5_000, full.exact.work // 2):
         for dive in (False, True):
-            problem = _medium_graph_problem()
-            mid = make_search("exact", time_limit_s=limit, greedy_dive=dive).run(problem, 0)
-            lower = mid.exact.lower_bound_bytes
-            assert lower <= opt <= mid.best.dram
-            assert mid.exact.optimal == (lower == mid.best.dram)
-            problem.to_plan(mid.best).validate()
+            runs = []
+            for _ in range(2):
+                problem = _medium_graph_problem()
+                mid = make_search("exact", work=work, greedy_dive=dive).run(problem, 0)
+                lower = mid.exact.lower_bound_bytes
+                assert lower <= opt <= mid.best.dram
+                assert mid.exact.optimal == (lower == mid.best.dram)
+                assert mid.exact.work <= work + 1
+                problem.to_plan(mid.best).validate()
+                runs.append((mid.best.groups, lower, mid.exact.states, mid.exact.work))
+            assert runs[0] == runs[1]
+
+
+def test_the_clock_cap_stops_a_run_and_says_so():
+    problem = _medium_graph_problem()
+    cut = make_search("exact", time_limit_s=1e-9).run(problem, 0)
+    assert cut.exact.optimal is False and cut.exact.status == "time limit hit"
+    problem.to_plan(cut.best).validate()
 
 
 # ------------------------------------------------------------------------ vs heuristics
@@ -333,10 +348,14 @@ def test_registry_options_and_budget():
     assert "exact" in search_names()
     assert make_search("exact").name == "exact"
     assert make_search("exact", time_limit_s=5).config == ExactConfig(time_limit_s=5)
+    assert make_search("exact", effort=0.5).config.total_work == EXACT_UNITS // 2
     for bad in (
         {"time_limit_s": 0},
         {"time_limit_s": -1},
         {"time_limit_s": "1"},
+        {"effort": 0},
+        {"effort": float("nan")},
+        {"work": 0},
         {"max_downsets": 0},
         {"max_downsets": 1.5},
         {"greedy_dive": 1},

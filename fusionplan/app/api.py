@@ -67,7 +67,9 @@ def plan(
     single_layer: str | None = None,
     pe_unroll: int | None = None,
     search_options: Mapping[str, Any] | None = None,
-    bound_time_s: float = 1.0,
+    effort: float = 1.0,
+    bound_effort: float = 1.0,
+    time_limit_s: float | None = None,
     prepass: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
 ) -> Plan:
@@ -78,7 +80,8 @@ def plan(
     :class:`Accelerator` / a description file (``accelerator="acc.yaml"``), whose buffer an
     explicit ``buffer`` replaces. The plan's ``metrics`` carry a proven lower bound on the
     optimum and the gap to it: the default ``auto`` search proves the optimum when it can
-    within its time limit."""
+    within its ``effort`` (work, not seconds: the same plan on any machine); ``time_limit_s``
+    is only a wall-clock safety cap."""
     request = PlanRequest(
         buffer="256KB" if buffer is None else buffer,
         scheme=scheme,
@@ -91,7 +94,9 @@ def plan(
         single_layer=single_layer,
         pe_unroll=pe_unroll,
         search_options=dict(search_options or {}),
-        bound_time_s=bound_time_s,
+        effort=effort,
+        bound_effort=bound_effort,
+        time_limit_s=time_limit_s,
     )
     if accelerator is not None:
         if not isinstance(accelerator, Accelerator):

@@ -8,6 +8,7 @@ loads only when one is used).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,8 +19,9 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import SPLITTERS, Splitter, make_splitter
-from search import SEARCHES, FusionProblem, Search, make_search
-from search.certify import certify
+from search import SEARCHES, WORK_SEARCHES, FusionProblem, Search, make_search
+from search.certify import certify, relative_gap
+from search.effort import check_effort, check_time_cap
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,8 +44,15 @@ class PlanRequest:
     depthwise_weights: bool | None = None
     conventions: tuple[str, ...] | None = None
     search_options: Mapping[str, Any] = field(default_factory=dict)
-    # A* time spent certifying a heuristic's plan (search/certify.py); 0: static bound only
-    bound_time_s: float = 1.0
+    # work of the exact, lns and auto searches, in multiples of their defaults
+    # (search/effort.py): the same plan on any machine, under any load
+    effort: float = 1.0
+    # A* work certifying a heuristic's plan, in multiples of CERTIFY_UNITS
+    # (search/certify.py); 0: the static bound only
+    bound_effort: float = 1.0
+    # wall-clock safety cap over the search and its certificate (None: none); a run it
+    # stops says so ("time limit hit") and is the one result that depends on the machine
+    time_limit_s: float | None = None
 
     def accelerator(self) -> Accelerator:
         conventions = None if self.conventions is None else frozenset(self.conventions)
@@ -79,9 +88,9 @@ class PlanRequest:
         self.accelerator()
         if self.budget < 1:
             raise ConfigError(f"budget must be at least 1 plan, got {self.budget}")
-        t = self.bound_time_s
-        if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
-            raise ConfigError(f"bound time must be a number of seconds >= 0, got {t!r}")
+        check_effort("search", self.effort)
+        check_effort("bound", self.bound_effort, allow_zero=True)
+        check_time_cap("the", self.time_limit_s)
         SEARCHES.check(self.search)
         SPLITTERS.check(self.splitter)
         return self
@@ -100,6 +109,7 @@ class Pipeline:
 
     def run(self, progress: Callable[[int], None] | None = None) -> Plan:
         request = self.request
+        started = time.perf_counter()
         result = self.search.run(self.problem, request.seed, progress)
         result.model = self.graph.name
         result.splitter = request.splitter
@@ -107,7 +117,9 @@ class Pipeline:
         if ranker_stats is not None:  # explainer rankers: how many groups, how long
             result.explained_groups = ranker_stats.explained
             result.explain_seconds = ranker_stats.explain_seconds
-        result.certificate = certify(self.problem, result, request.bound_time_s)
+        cap = request.time_limit_s
+        left = None if cap is None else max(cap - (time.perf_counter() - started), 1e-6)
+        result.certificate = certify(self.problem, result, request.bound_effort, left)
         return self.problem.to_plan(result.best, result).validate()
 
 
@@ -116,7 +128,11 @@ def assemble(graph: OpGraph, request: PlanRequest) -> Pipeline:
     request.check()
     cost_model = make_cost_model(graph, request.accelerator())
     splitter = make_splitter(request.splitter, cost_model, request.seed)
-    search = make_search(request.search, **dict(request.search_options))
+    options = dict(request.search_options)
+    if request.search in WORK_SEARCHES:
+        options.setdefault("effort", request.effort)
+        options.setdefault("time_limit_s", request.time_limit_s)
+    search = make_search(request.search, **options)
     problem = FusionProblem(cost_model, splitter, request.budget)
     return Pipeline(request, graph, cost_model, splitter, problem, search)
 
@@ -133,11 +149,45 @@ def plan_graph(
     ``warm_start`` plans (of the same graph) are the search's starting incumbents
     (``FusionProblem.warm_start``): the result is never worse than any of them.
     """
-    if any(p.graph is not graph for p in warm_start):
-        raise ConfigError("warm-start plans must be plans of the graph being planned")
     pipeline = assemble(graph, request)
-    pipeline.problem.warm_start = [tuple(p.groups) for p in warm_start]
+    pipeline.problem.warm_start = _groups_of(graph, warm_start)
     return pipeline.run(progress)
+
+
+def plan_at_least_as_good(
+    graph: OpGraph,
+    request: PlanRequest,
+    others: Sequence[Plan],
+    progress: Callable[[int], None] | None = None,
+) -> Plan:
+    """Exactly the plan :func:`plan_graph` returns for ``request`` (the same search, the
+    same work, the same bytes), replaced by the best of ``others`` (made valid here) where
+    that one costs less. Unlike a warm start, ``others`` cannot steer the search, so the
+    result is never worse than ``fusionplan plan`` at this point: they can only help."""
+    pipeline = assemble(graph, request)
+    plan = pipeline.run(progress)
+    result, problem = plan.result, pipeline.problem
+    assert result is not None and result.certificate is not None
+    problem.warm_start = _groups_of(graph, others)
+    better = min(problem.warm_candidates(), key=lambda c: (c.dram, c.mbu), default=None)
+    if better is None or better.dram >= result.best.dram:
+        return plan
+    bound = result.certificate.lower_bound_bytes
+    optimal = bound >= better.dram
+    result.best = better
+    result.certificate = replace(
+        result.certificate,
+        gap=0.0 if optimal else relative_gap(better.dram, bound),
+        method="optimal" if optimal else result.certificate.method,
+    )
+    result.extra = {**result.extra, "from_smaller_buffer": True}
+    return problem.to_plan(better, result).validate()
+
+
+def _groups_of(graph: OpGraph, plans: Sequence[Plan]) -> list[tuple[int, ...]]:
+    if any(p.graph is not graph for p in plans):
+        raise ConfigError("warm-start plans must be plans of the graph being planned")
+    return [tuple(p.groups) for p in plans]
 
 
 def sweep_graph(
@@ -145,12 +195,14 @@ def sweep_graph(
     requests: Sequence[PlanRequest],
     progress: Callable[[int], None] | None = None,
 ) -> list[Plan]:
-    """Plan ``graph`` at each request's buffer, smallest first, each warm-started from the
-    best plan at the next smaller buffer of the same scheme.
+    """Plan ``graph`` at each request's buffer, smallest first: each point is the plan
+    ``fusionplan plan`` gives there, or the best plan at the next smaller buffer of the same
+    scheme where that one costs less (:func:`plan_at_least_as_good`).
 
     With the default ``tiled`` single-layer cost a plan valid at a buffer is valid and no
     dearer at a larger one (docs/cost-model.md, "Single-layer cost"), so the DRAM curve never
-    rises with the buffer, whatever the search (the ``paper`` convention can rise).
+    rises with the buffer, whatever the search (the ``paper`` convention can rise), and no
+    point is worse than planning that buffer alone.
     Progress counts proposals over the whole sweep.
     """
     order = sorted(requests, key=lambda r: r.accelerator().buffer_bytes)
@@ -160,9 +212,9 @@ def sweep_graph(
     for request in order:
         accel = request.accelerator()
         key = replace(accel, buffer_bytes=1)  # the same accelerator but for its buffer
-        warm = [previous[key]] if key in previous else []
+        smaller = [previous[key]] if key in previous else []
         tick = None if progress is None else (lambda n, o=offset: progress(o + n))
-        plan = plan_graph(graph, request, tick, warm_start=warm)
+        plan = plan_at_least_as_good(graph, request, smaller, tick)
         previous[key] = plan
         plans.append(plan)
         offset += request.budget

@@ -255,9 +255,12 @@ class Plan:
             f"lower bound  {m.lower_bound_bytes / MB:.3f} MB ({m.bound_method}), gap {m.gap:.2%}",
             f"MBU          {m.mbu_kb:.1f} KB",
         ]
-        for key in ("search", "splitter", "budget", "seed", "wall_time_s"):
+        for key in ("search", "splitter", "budget", "seed"):
             if key in info:
                 lines.append(f"{key:<12} {info[key]}")
+        seconds = info.get("timing", {}).get("wall_time_s")
+        if seconds is not None:
+            lines.append(f"{'wall time':<12} {seconds} s")
         return "\n".join(lines)
 
     def annotate_onnx(self, src: str | Path, dst: str | Path) -> Path:

@@ -27,7 +27,12 @@ class Candidate:
 
 @dataclass(frozen=True)
 class ExactBound:
-    """What the exact search proved: the optimum, or a lower bound when time ran out."""
+    """What the exact search proved: the optimum, or a lower bound when it stopped first.
+
+    ``stopped_by`` says why it stopped (search/effort.py): ``"optimal"``, ``"effort spent"``
+    (its work units, the same on every machine) or ``"time limit hit"`` (the wall-clock
+    safety cap: the one outcome that depends on the machine). ``work`` counts the units.
+    """
 
     optimal: bool
     lower_bound_bytes: int
@@ -38,10 +43,12 @@ class ExactBound:
     transitions: int
     downsets: int
     pruned_by_buffer: bool
+    stopped_by: str = "optimal"
+    work: int = 0
 
     @property
     def status(self) -> str:
-        return "optimal" if self.optimal else "time limit"
+        return "optimal" if self.optimal else self.stopped_by
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,8 @@ class Certificate:
     gap: float  # (plan DRAM - lower bound) / lower bound; 0.0 when proven optimal
     method: str
     seconds: float = 0.0  # spent proving it beyond the search itself
+    work: int = 0  # A* work units spent on it (search/effort.py)
+    stopped_by: str = ""  # why its A* stopped ("effort spent", "time limit hit"); "" if none ran
 
     @property
     def optimal(self) -> bool:
@@ -93,8 +102,23 @@ class SearchResult:
     def plans_per_second(self) -> float:
         return self.proposed / self.wall_time_s if self.wall_time_s > 0 else float("inf")
 
+    def timing(self) -> dict[str, float]:
+        """The seconds this run took: the only part of a plan's JSON that may differ
+        between two runs of the same command (docs/design.md, "Effort")."""
+        out = {
+            "wall_time_s": round(self.wall_time_s, 3),
+            "plans_per_second": round(self.plans_per_second, 1),
+        }
+        if self.explained_groups:
+            out["explain_seconds"] = round(self.explain_seconds, 3)
+        if self.certificate is not None:
+            out["bound_seconds"] = round(self.certificate.seconds, 3)
+        return out
+
     def info(self) -> dict[str, Any]:
-        """The JSON form stored with a plan (``search`` in the plan file)."""
+        """The JSON form stored with a plan (``search`` in the plan file); every field but
+        ``timing`` is the same for the same command on any machine (unless the wall-clock
+        safety cap stopped the run: ``status``/``bound_stopped_by`` then say so)."""
         out: dict[str, Any] = (
             {"model": self.model, "splitter": self.splitter}
             if (self.model or self.splitter)
@@ -106,8 +130,6 @@ class SearchResult:
                 "budget": self.budget,
                 "proposed": self.proposed,
                 "seed": self.seed,
-                "wall_time_s": round(self.wall_time_s, 3),
-                "plans_per_second": round(self.plans_per_second, 1),
                 "cost_queries": self.cost_queries,
                 "cost_cache_hit_rate": round(self.cost_hit_rate, 4),
                 "split_calls": self.split_calls,
@@ -119,7 +141,6 @@ class SearchResult:
         )
         if self.explained_groups:
             out["explained_groups"] = self.explained_groups
-            out["explain_seconds"] = round(self.explain_seconds, 3)
         if self.exact is not None:
             e = self.exact
             out.update(
@@ -133,6 +154,7 @@ class SearchResult:
                 transitions=e.transitions,
                 downsets=e.downsets,
                 pruned_by_buffer=e.pruned_by_buffer,
+                work=e.work,
             )
         if self.certificate is not None:
             c = self.certificate
@@ -140,9 +162,12 @@ class SearchResult:
                 lower_bound_bytes=c.lower_bound_bytes,
                 gap=round(c.gap, 6),
                 bound_method=c.method,
-                bound_seconds=round(c.seconds, 3),
+                bound_work=c.work,
             )
+            if c.stopped_by:
+                out["bound_stopped_by"] = c.stopped_by
         if self.config:
             out["search_config"] = self.config
         out.update(self.extra)
+        out["timing"] = self.timing()
         return out

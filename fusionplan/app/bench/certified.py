@@ -28,6 +28,7 @@ from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
+from search.effort import EXACT_UNITS, effort_for_seconds
 
 MB = 2**20
 BEGIN = "<!-- fusionplan bench certified: begin (generated; edit outside these markers) -->"
@@ -69,7 +70,7 @@ def certify_cell(graph: OpGraph, scheme: str, buffer: str, config: CertifiedConf
         "auto_s": round(auto.result.wall_time_s, 3),
     }
     ls_request = PlanRequest(
-        buffer=buffer, scheme=scheme, search="ls", budget=config.ls_budget, bound_time_s=0.0
+        buffer=buffer, scheme=scheme, search="ls", budget=config.ls_budget, bound_effort=0.0
     )
     ls = plan_graph(graph, ls_request)
     assert ls.result is not None
@@ -82,7 +83,7 @@ def certify_cell(graph: OpGraph, scheme: str, buffer: str, config: CertifiedConf
             scheme=scheme,
             search="exact",
             budget=1,
-            search_options={"time_limit_s": config.exact_limit_s},
+            search_options={"effort": effort_for_seconds(config.exact_limit_s, EXACT_UNITS)},
         )
         exact = plan_graph(graph, request, warm_start=[auto])
         assert exact.result is not None and exact.result.exact is not None
@@ -228,7 +229,7 @@ def prove_cell(graph: OpGraph, scheme: str, buffer: str, limit_s: float) -> Row:
         scheme=scheme,
         search="exact",
         budget=1,
-        search_options={"time_limit_s": limit_s},
+        search_options={"effort": effort_for_seconds(limit_s, EXACT_UNITS)},
     )
     plan = plan_graph(graph, request)
     assert plan.result is not None and plan.result.exact is not None
@@ -332,7 +333,7 @@ def equal_time_cell(graph: OpGraph, scheme: str, buffer: str, seconds: float) ->
     row: Row = {}
     for name, budget in (("ls", 60_000), ("nsga2", 20_000)):
         request = PlanRequest(
-            buffer=buffer, scheme=scheme, search=name, budget=budget, bound_time_s=0.0
+            buffer=buffer, scheme=scheme, search=name, budget=budget, bound_effort=0.0
         )
         result = plan_graph(graph, request).result
         assert result is not None
@@ -342,8 +343,8 @@ def equal_time_cell(graph: OpGraph, scheme: str, buffer: str, seconds: float) ->
         row[f"{name}_plans"] = reach
         row[f"{name}_passed"] = result.wall_time_s >= seconds  # the budget was long enough
     request = PlanRequest(
-        buffer=buffer, scheme=scheme, search="lns", bound_time_s=0.0,
-        search_options={"time_limit_s": seconds},
+        buffer=buffer, scheme=scheme, search="lns", bound_effort=0.0,
+        search_options={"time_limit_s": seconds, "effort": 1000.0},  # time is the point
     )  # fmt: skip
     row["lns"] = plan_graph(graph, request).metrics.dram_mb
     return row

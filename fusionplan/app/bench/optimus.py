@@ -20,6 +20,7 @@ from accel_model.accelerator import OPTIMUS_CONVENTIONS
 from data.zoo import load_zoo_model
 from fusionplan.app.bench.certified import publish_section
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from search.effort import EXACT_UNITS, effort_for_seconds
 
 BEGIN = "<!-- fusionplan bench optimus: begin (generated; edit outside these markers) -->"
 END = "<!-- fusionplan bench optimus: end -->"
@@ -76,8 +77,8 @@ class Cell:
 
 def solve(graph, accel: Accelerator, limit_s: float) -> Cell:
     """fusionplan's exact optimum of ``graph`` on ``accel`` and the time to prove it."""
-    options = {"time_limit_s": limit_s}
-    request = PlanRequest(search="exact", budget=1, bound_time_s=0.0, search_options=options)
+    options = {"effort": effort_for_seconds(limit_s, EXACT_UNITS)}
+    request = PlanRequest(search="exact", budget=1, bound_effort=0.0, search_options=options)
     request = request.on(accel)
     start = time.perf_counter()
     plan = plan_graph(graph, request)

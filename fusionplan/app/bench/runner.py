@@ -22,6 +22,7 @@ from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
+from search.effort import EXACT_UNITS, effort_for_seconds
 
 MB = 2**20
 RESULTS_FILE = "runs.jsonl"
@@ -76,7 +77,8 @@ def execute(
 ) -> dict[str, Any]:
     """Run one search; its result as a JSON-friendly row (the plan is validated first).
     ``graph`` is the run's model when the caller has it, else it is loaded."""
-    options = {"time_limit_s": exact_time_limit_s} if run.search == "exact" else {}
+    effort = effort_for_seconds(exact_time_limit_s, EXACT_UNITS)
+    options = {"effort": effort} if run.search == "exact" else {}
     request = PlanRequest(
         buffer=run.buffer,
         scheme=run.scheme,
@@ -85,7 +87,7 @@ def execute(
         budget=run.budget,
         seed=run.seed,
         profile="paper",  # the paper's tables keep its BRR and single-layer conventions
-        bound_time_s=0.0,  # the paper's tables report DRAM; the static bound is enough
+        bound_effort=0.0,  # the paper's tables report DRAM; the static bound is enough
         search_options=options,
     )
     row: dict[str, Any] = {"key": run.key, **asdict(run)}

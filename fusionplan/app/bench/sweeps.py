@@ -16,6 +16,7 @@ from itertools import pairwise
 from fusionplan.app.api import load
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.ir.graph import OpGraph
+from search.effort import EXACT_UNITS, effort_for_seconds
 
 MB = 1024**2
 
@@ -45,7 +46,7 @@ def _exact(graph: OpGraph, buffer: int, scheme: str, single_layer: str, limit: f
         search="exact",
         budget=1,
         single_layer=single_layer,
-        search_options={"time_limit_s": limit},
+        search_options={"effort": effort_for_seconds(limit, EXACT_UNITS)},
     )
     return plan_graph(graph, request)
 
