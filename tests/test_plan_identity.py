@@ -4,15 +4,23 @@
 ``python -m tests.regression.plan_digests --write`` (every zoo model, LBDF and BRR, seeds
 0-2, LS / NSGA-II / exact, plus explainer splitters on MobileNetV2). The default run checks
 two small models; ``-m bench`` checks all 246 digests.
+
+Plans must not depend on the CPU either: numpy dispatches some kernels (sorts among them)
+by CPU features, so the quick cases run a second time in a subprocess on another of numpy's
+dispatch paths (``NPY_DISABLE_CPU_FEATURES``; :mod:`tests.regression.numpy_dispatch`):
+without AVX-512 on a CPU that has it, numpy's baseline kernels on one that has not.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.regression.numpy_dispatch import env_for, features_for_another_path
 from tests.regression.plan_digests import cases, digest, key
 
 DIGESTS = json.loads((Path(__file__).parent / "regression" / "plan_digests.json").read_text())
@@ -24,6 +32,37 @@ QUICK_MODELS = ["resnet18", "mobilenet_v3_small"]
 @pytest.mark.parametrize("case", cases(QUICK_MODELS), ids=key)
 def test_plans_match_the_recorded_digests(case):
     assert digest(case) == DIGESTS[key(case)]
+
+
+CHILD = """
+import json
+from tests.regression.numpy_dispatch import enabled_features
+from tests.regression.plan_digests import cases, digest, key
+found = {key(c): digest(c) for c in cases(%r)}
+print(json.dumps({"enabled": enabled_features(), "digests": found}))
+"""
+
+
+@pytest.mark.slow
+def test_plans_match_the_recorded_digests_on_another_numpy_dispatch_path():
+    disable = features_for_another_path()
+    if not disable:
+        pytest.skip("numpy uses no SIMD features beyond its baseline on this CPU")
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD % QUICK_MODELS],
+        cwd=root,
+        env=env_for(disable),  # FUSIONPLAN_CACHE_DIR too: the session's zoo exports
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    child = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not set(child["enabled"]) & set(disable), child["enabled"]
+    expected = {key(c): DIGESTS[key(c)] for c in cases(QUICK_MODELS)}
+    differ = sorted(k for k in expected if child["digests"].get(k) != expected[k])
+    assert not differ, f"plans differ with NPY_DISABLE_CPU_FEATURES={' '.join(disable)}: {differ}"
 
 
 @pytest.mark.bench
