@@ -28,6 +28,7 @@ class GroupCost(NamedTuple):
 class CacheStats:
     queries: int = 0
     hits: int = 0
+    ops_costed: int = 0  # ops of the groups costed from scratch: the searches' work measure
 
     @property
     def hit_rate(self) -> float:
@@ -80,6 +81,7 @@ class CostModel(ABC):
         if hit is not None:
             self.stats.hits += 1
             return hit
+        self.stats.ops_costed += group.bit_count()
         result = self._evaluate(group)
         self._memo[group] = result
         return result

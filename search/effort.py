@@ -2,8 +2,9 @@
 so that the same command gives the same plan on any machine, under any load, on any engine
 (docs/design.md, "Effort").
 
-One **work unit** is one candidate group the exact solver visits and costs (A* and its
-greedy dives alike). A run stops after a fixed number of units, never after a number of
+One **work unit** is one candidate group the exact solver visits (A* and its greedy dives
+alike), or one op of a group the cost model costs from scratch (a cached cost is nearly
+free; a new one takes time in proportion to its ops). A run stops after a fixed number of units, never after a number of
 seconds, so how far it gets depends only on the model, the accelerator and the settings.
 ``effort`` scales every default: effort 1 is sized so that ``auto`` takes about 10 s on the
 slowest catalogue model on 2 idle cores of the reference machine (docs/results.md,

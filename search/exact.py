@@ -255,7 +255,8 @@ class ExactSolver:
         self.prune = cm.monotone_over_downsets()  # module docstring: why pruning is exact
         self._h: dict[Group, int] = {}
         self._expanded: dict[Group, list[Transition]] = {}
-        self.work = 0  # units spent (search/effort.py): candidate groups visited
+        self._visits = 0  # candidate groups visited
+        self._ops0 = cm.stats.ops_costed  # the cost model's count when this solver began
         self.work_end = math.inf  # stop once ``work`` passes this
         self.clock_end = math.inf  # the wall-clock safety cap (perf_counter reading)
         self.stopped_by: str | None = None  # STOP_WORK or STOP_CLOCK once a limit is hit
@@ -264,14 +265,20 @@ class ExactSolver:
         self.transitions = 0
 
     # -- work -------------------------------------------------------------------------
+    @property
+    def work(self) -> int:
+        """Units spent (search/effort.py): one per candidate group visited, plus one per
+        op of each group costed from scratch (that is where the time goes)."""
+        return self._visits + self.cm.stats.ops_costed - self._ops0
+
     def spend(self) -> bool:
-        """Count one unit of work; True when the run must stop (its units are spent, or,
-        checked every 256 units, the clock is past the safety cap)."""
-        self.work += 1
+        """Count a visit; True when the run must stop (its units are spent, or, checked
+        every 256 visits, the clock is past the safety cap)."""
+        self._visits += 1
         if self.work > self.work_end:
             self.stopped_by = STOP_WORK
             return True
-        if not self.work & 255 and time.perf_counter() > self.clock_end:
+        if not self._visits & 255 and time.perf_counter() > self.clock_end:
             self.stopped_by = STOP_CLOCK
             return True
         return False

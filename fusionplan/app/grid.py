@@ -25,6 +25,7 @@ from fusionplan.app.report import sweep_rows
 from fusionplan.engines import Engine, Job, LocalEngine, Outcome
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_atomic
+from fusionplan.planning.plan import Plan
 
 GRID_FIELDS = (
     "model",
@@ -74,12 +75,18 @@ class Grid:
         ]
 
 
+def grid_rows(model: str, plans: Sequence[Plan]) -> list[dict[str, Any]]:
+    """The table rows of one model's sweep, in :data:`GRID_FIELDS` order: every sweep, on
+    any engine, of one model or many, writes these columns."""
+    return [{f: row.get(f, "") for f in GRID_FIELDS} for row in
+            ({"model": model, **r} for r in sweep_rows(list(plans)))]  # fmt: skip
+
+
 def _sweep_task(task: GridTask, shared: tuple[dict[str, OpGraph], Grid]) -> list[dict[str, Any]]:
-    """One engine task: a warm-started sweep of one model under one scheme."""
+    """One engine task: a sweep of one model under one scheme, smallest buffer first."""
     graphs, grid = shared
     requests = [replace(r, scheme=task.scheme) for r in grid.requests]
-    rows = sweep_rows(sweep_graph(graphs[task.model], requests))
-    return [{"model": task.model, **row} for row in rows]
+    return grid_rows(task.model, sweep_graph(graphs[task.model], requests))
 
 
 def _failure_rows(task: GridTask, grid: Grid, error: str) -> list[dict[str, Any]]:

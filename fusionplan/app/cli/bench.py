@@ -24,6 +24,8 @@ from fusionplan.app.bench.certified import (
     run_certified,
     run_exact_table,
 )
+from fusionplan.app.bench.determinism import MODELS as DETERMINISM_MODELS
+from fusionplan.app.bench.determinism import DeterminismConfig, run_determinism
 from fusionplan.app.bench.optimus import BUFFERS as OPTIMUS_BUFFERS
 from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
 from fusionplan.app.bench.optimus import run_optimus_bench
@@ -525,6 +527,45 @@ def bench_equal_time(cells, seconds):
     for _, scheme, buffer in parsed:
         PlanRequest(buffer=buffer, scheme=scheme).check()
     click.echo(equal_time_table(parsed, seconds))
+
+
+@bench_group.command("determinism")
+@click.option("--models", help="Comma list (default: ten zoo models, Inception/ViT included).")
+@click.option("--schemes", default="lbdf,brr", show_default=True, help="Comma list.")
+@click.option("--buffers", default="128KB,512KB", show_default=True, help="Comma list.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--hog", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Busy processes during the loaded round.")  # fmt: skip
+@click.option("--effort", type=float, default=1.0, show_default=True)
+@click.option("--no-engines", is_flag=True, help="Skip the local vs Ray sweep comparison.")
+@click.option(
+    "--baseline",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A report with `bench certified`'s section: its auto MB goes beside each cell.",
+)
+@click.option("--report", type=OutputPath(), default="bench-out/determinism.md",
+              show_default=True)  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True)
+def bench_determinism(
+    models, schemes, buffers, repeats, hog, effort, no_engines, baseline, report, quiet
+):
+    """Same command, same bytes: every cell planned in fresh processes (own hash seeds),
+    repeated, under a CPU hog, and swept on the local engine and on Ray."""
+    cells = tuple(
+        (m, s, b)
+        for m in (_names(models) or DETERMINISM_MODELS)
+        for s in (_names(schemes) or ())
+        for b in (_names(buffers) or ())
+    )
+    for _, scheme, buffer in cells[:1]:
+        PlanRequest(buffer=buffer, scheme=scheme, effort=effort).check()
+    config = DeterminismConfig(cells, repeats, hog, effort, not no_engines, baseline)
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    with progress_bar("rounds", enabled=not quiet) as progress:
+        rows = run_determinism(config, report, command or "fusionplan bench determinism",
+                               progress)  # fmt: skip
+    same = sum(r["same_repeats"] == repeats and r["same_under_hog"] for r in rows)
+    click.echo(f"wrote {report}: {same} of {len(rows)} cells identical in every round")
 
 
 @bench_group.command("optimus")

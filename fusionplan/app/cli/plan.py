@@ -19,9 +19,9 @@ from fusionplan.app.cli.common import (
     print_table,
     progress_bar,
 )
-from fusionplan.app.grid import Grid, run_grid, write_grid_plot
+from fusionplan.app.grid import Grid, grid_rows, run_grid, write_grid_plot
 from fusionplan.app.pipeline import plan_graph, sweep_graph
-from fusionplan.app.report import sweep_rows, write_sweep_csv, write_sweep_plot
+from fusionplan.app.report import write_sweep_csv, write_sweep_plot
 from fusionplan.engines import tasks_per_node
 from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.plan import Plan
@@ -139,8 +139,8 @@ def sweep_cmd(
     graph = opts.load(models[0])
     total = opts.budget * len(requests)
     with progress_bar(f"sweep {graph.name}", total, not opts.quiet) as progress:
-        plans = sweep_graph(graph, requests, progress)  # smallest buffer first, warm-started
-    rows = sweep_rows(plans)
+        plans = sweep_graph(graph, requests, progress)  # smallest buffer first
+    rows = grid_rows(models[0], plans)  # the columns of a grid sweep, on any engine
     scheme = scheme_list[0].upper()
     if output:
         write_sweep_csv(rows, output)
