@@ -19,10 +19,10 @@ unreadable files are a one-line ``ConfigError``.
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import yaml
 
 from accel_model.accelerator import Accelerator
