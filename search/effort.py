@@ -4,8 +4,9 @@ so that the same command gives the same plan on any machine, under any load, on 
 
 One **work unit** is one candidate group the exact solver visits (A* and its greedy dives
 alike), or one op of a group the cost model costs from scratch (a cached cost is nearly
-free; a new one takes time in proportion to its ops). A run stops after a fixed number of units, never after a number of
-seconds, so how far it gets depends only on the model, the accelerator and the settings.
+free; a new one takes time in proportion to its ops). A run stops after a fixed number of
+units, never after a number of seconds, so how far it gets depends only on the model, the
+accelerator and the settings.
 ``effort`` scales every default: effort 1 is sized so that ``auto`` takes about 10 s on the
 slowest catalogue model on 2 idle cores of the reference machine (docs/results.md,
 "Determinism"); effort 2 does twice the work wherever the search has not finished earlier.
@@ -22,10 +23,10 @@ import time
 
 from fusionplan.ir.errors import ConfigError
 
-UNITS_PER_SECOND = 40_000
-"""Work units the exact solver gets through per second on the reference machine (2 idle
-cores, BRR on Inception-style graphs, its slowest per unit): used only to size the defaults
-below, never to stop a run."""
+UNITS_PER_SECOND = 100_000
+"""Work units per CPU second on the reference machine (docs/results.md, "Determinism"):
+100k-280k on GoogLeNet and Inception-v3, 55k-90k on ViT-B/16 and DenseNet-121 BRR. Used only
+to size the defaults below, never to stop a run."""
 
 AUTO_UNITS = 10 * UNITS_PER_SECOND  # auto's whole run at effort 1
 EXACT_UNITS = 60 * UNITS_PER_SECOND  # the exact search at effort 1
