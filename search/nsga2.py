@@ -152,6 +152,7 @@ def stable_rank_and_crowding() -> Any:
     random draws, same ``rank`` and ``crowding`` attributes, same survivors wherever
     pymoo's quicksort keeps ties in order, and the same survivors on every CPU.
     """
+    # pymoo loads only when NSGA-II runs (keeps `import search` light)
     from pymoo.operators.survival.rank_and_crowding import RankAndCrowding
 
     class StableRankAndCrowding(RankAndCrowding):

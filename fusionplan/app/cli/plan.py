@@ -25,6 +25,7 @@ from fusionplan.app.report import write_sweep_csv, write_sweep_plot
 from fusionplan.engines import tasks_per_node
 from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.plan import Plan
+from search.effort import STOP_CLOCK
 
 
 @click.command("plan")
@@ -64,10 +65,18 @@ def _print_plan(plan: Plan) -> None:
         return
     if result.exact is not None:
         e = result.exact
-        verdict = "proven optimal" if e.optimal else "time limit hit, gap certified by A*"
+        verdict = "proven optimal" if e.optimal else f"{e.status}, gap certified by A*"
         stage = result.extra.get("auto_stage")
         via = f", answered by {stage}" if stage else ""
-        click.echo(f"exact        {verdict} ({e.states} states{via})")
+        click.echo(f"exact        {verdict} ({e.states} states, {e.work:,} work units{via})")
+    cert = result.certificate
+    if (result.exact is not None and result.exact.status == STOP_CLOCK) or (
+        cert is not None and cert.stopped_by == STOP_CLOCK
+    ):
+        click.echo(
+            "note         the wall-clock safety cap (--time-limit) stopped the search, so this "
+            "plan depends on the machine and its load; --effort sizes a reproducible run"
+        )
     click.echo(
         f"search stats {result.proposed} plans, {result.plans_per_second:.0f} plans/s, "
         f"cost cache hit {result.cost_hit_rate:.1%}, "
