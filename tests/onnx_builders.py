@@ -433,3 +433,20 @@ def linear_gelu(opset: int = 20) -> onnx.ModelProto:
     net.op("Gelu", [t], "y", "gelu")
     opsets = [helper.make_opsetid("", opset)]
     return net.model([("x", [1, 4, 8])], [("y", [1, 4, 16])], "linear_gelu", opsets)
+
+
+# ------------------------------------------------------------------- long searches
+def wide_chains(branches: int = 6, length: int = 6) -> onnx.ModelProto:
+    """x(1,4,8,8) feeding ``branches`` parallel chains of ``length`` 1x1 convs 4->4, summed
+    by a chain of adds: many valid plans, so a search with a large budget runs for long."""
+    net = Net(21)
+    ends = []
+    for b in range(branches):
+        t = "x"
+        for i in range(length):
+            t = net.conv(t, f"b{b}c{i}", 4, 4, k=1)
+        ends.append(t)
+    total = ends[0]
+    for b, end in enumerate(ends[1:]):
+        total = net.op("Add", [total, end], f"add{b}.out", f"add{b}")
+    return net.model([("x", [1, 4, 8, 8])], [(total, [1, 4, 8, 8])], "wide_chains")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from accel_model import Accelerator, make_cost_model
 from fusionplan.app.cli import cli
 from fusionplan.ir.onnx_import import load_model
 from fusionplan.planning.plan import Plan
-from tests.onnx_builders import dynamic_batch, residual_block, save
+from tests.onnx_builders import dynamic_batch, residual_block, save, wide_chains
 
 BIN = Path(sys.executable).parent / "fusionplan"
 FAST = ["--search", "rs", "--budget", "10", "-q"]
@@ -311,3 +312,33 @@ def test_exact_search_is_no_worse_than_local_search(models: Path, tmp_path: Path
         "proven optimal"
         in invoke("plan", src, "--buffer", "500B", "--search", "exact", "-q").stdout
     )
+
+
+# ----------------------------------------------------------------------------- interrupts
+def test_sigint_stops_a_long_search_and_writes_nothing(tmp_path: Path):
+    """Started as a shell script's background job is (SIGINT ignored), the command still
+    stops on SIGINT: exit 130, one message, no output file."""
+    if not BIN.exists():
+        pytest.skip(f"console script not installed at {BIN}")
+    model = save(wide_chains(), tmp_path, "wide")
+    out = tmp_path / "plan.json"
+    args = ["plan", model, "--search", "ls", "--budget", "100000000", "-q", "-o", out]
+    proc = subprocess.Popen(
+        [str(BIN), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        time.sleep(2)  # past start-up (main runs after a light import): the search runs
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["fusionplan: interrupted"]
+    assert stdout == ""
+    assert not out.exists() and list(tmp_path.iterdir()) == [model]

@@ -11,6 +11,7 @@ before any work, and outputs are written atomically, so a failure leaves no part
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 import warnings
 
@@ -71,7 +72,9 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: one-line errors and exit code 2 for bad input and failed writes."""
+    """Console entry point: one-line errors and exit code 2 for bad input and failed writes;
+    an interrupt stops the command at once with exit code 130, writing nothing."""
+    _interruptible()
     # torch_geometric's import trips torch's own deprecation of torch.jit.script; users
     # cannot act on it, so it is not shown.
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
@@ -89,3 +92,15 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("fusionplan: interrupted", err=True)
         sys.exit(130)
+
+
+def _interruptible() -> None:
+    """Let SIGINT raise KeyboardInterrupt even when the process was started with it ignored.
+
+    A shell runs a script's background jobs (``fusionplan plan ... &``) with SIGINT ignored,
+    and Python keeps an inherited SIG_IGN, so ``kill -INT`` (or Ctrl-C reaching such a job)
+    used to be swallowed: the search ran to its end and wrote its outputs. Nothing here
+    needs SIGINT ignored, and every output is written atomically after the work, so an
+    interrupt leaves no file behind.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
