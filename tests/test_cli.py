@@ -224,6 +224,26 @@ def test_zoo_export_unknown_model(tmp_path: Path):
     assert list(tmp_path.iterdir()) == []
 
 
+SAME_FILE_OUTPUTS = {  # the command (with a model that does not exist), its two outputs
+    "plan": (["plan", "missing.onnx"], ["-o", "p.json", "--onnx-out", "./p.json"]),
+    "sweep": (["sweep", "missing.onnx"], ["--plot", "s.png", "-o", "s.png"]),
+    "streams": (["streams", "missing.onnx"], ["--trace", "t.json", "--gantt", "d/../t.json"]),
+    "bench batching": (["bench", "batching"], ["--out", "b.md", "--plot", "b.md"]),
+}
+
+
+@pytest.mark.parametrize("case", list(SAME_FILE_OUTPUTS), ids=list(SAME_FILE_OUTPUTS))
+def test_two_outputs_naming_one_file_are_refused(case, tmp_path: Path):
+    """Refused before the model loads (the missing model is not what is reported)."""
+    command, outputs = SAME_FILE_OUTPUTS[case]
+    proc = run_bin(*command, *outputs, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fusionplan: error: "), proc.stderr
+    assert "both name" in lines[0] and "not found" not in lines[0]
+    assert proc.stdout == "" and list(tmp_path.iterdir()) == []
+
+
 # ----------------------------------------------------------------------------- sweep
 def test_sweep_writes_csv_and_png(models: Path, tmp_path: Path):
     table, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"

@@ -44,6 +44,7 @@ from fusionplan.app.bench.sweeps import sweep_model
 from fusionplan.app.cli.common import (
     EngineOptions,
     OutputPath,
+    check_distinct_outputs,
     engine_options,
     print_table,
     progress_bar,
@@ -318,6 +319,7 @@ def bench_sweeps(models, schemes, buffers, search_name, budget, seed) -> None:
 def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> None:
     """Dynamic batching as ED-Batch measures it: batches and inputs/s of depth, agenda and
     FSM (naive and PQ layout) over batch sizes and hidden sizes; prints a markdown table."""
+    check_distinct_outputs({"--out": out, "--plot": plot_path})
     names = list(_names(workloads) or ())
     for name in names:
         get_workload(name)  # an unknown name fails before any work

@@ -4,9 +4,10 @@ choices, checked output paths and the planning options of ``plan`` and ``sweep``
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -103,6 +104,23 @@ class OutputPath(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
         check_output_path(value, directory=self.directory)
         return value
+
+
+def check_distinct_outputs(outputs: Mapping[str, str | None]) -> None:
+    """Refuse two output options (option name -> path, None when not given) that name one
+    file: the second write would replace the first, and both would be reported written.
+    Paths are compared resolved (``p.json`` and ``./p.json`` are one file); called before
+    any model loads."""
+    seen: dict[Path, str] = {}
+    for option, path in outputs.items():
+        if not path:
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise click.UsageError(
+                f"{seen[key]} and {option} both name {path}: give each output its own file"
+            )
+        seen[key] = option
 
 
 def scheme_option(**kwargs: Any):

@@ -14,6 +14,7 @@ from fusionplan.app.cli.common import (
     EngineOptions,
     OutputPath,
     PlanOptions,
+    check_distinct_outputs,
     engine_options,
     plan_options,
     print_table,
@@ -41,6 +42,7 @@ from search.effort import STOP_CLOCK
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON instead of a summary.")
 def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, as_json):
     """Plan fusion for MODEL (an ONNX file or a zoo name; see `fusionplan zoo list`)."""
+    check_distinct_outputs({"-o/--output": output, "--onnx-out": onnx_out})
     request = opts.request(buffer)
     graph = opts.load(model)
     with progress_bar(f"{opts.search} on {graph.name}", opts.budget, not opts.quiet) as progress:
@@ -128,6 +130,7 @@ def sweep_cmd(
     buffers) as independent tasks on the chosen engine, resumably; the rows do not depend on
     where they ran.
     """
+    check_distinct_outputs({"-o/--output": output, "--plot": plot})
     sizes = [b.strip() for b in buffers.split(",") if b.strip()]
     if not sizes:
         raise ConfigError("--buffers needs at least one size")

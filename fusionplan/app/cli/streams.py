@@ -9,7 +9,7 @@ import click
 
 from accel_model.latency import LATENCY_MODELS
 from fusionplan.app.api import schedule_streams
-from fusionplan.app.cli.common import OutputPath, RegistryChoice
+from fusionplan.app.cli.common import OutputPath, RegistryChoice, check_distinct_outputs
 from fusionplan.passes.streams.pipeline import EXECUTORS
 from fusionplan.passes.streams.simulate import EVENT_S
 
@@ -60,6 +60,7 @@ def streams_cmd(
     """Schedule MODEL's ops (ONNX file or zoo name) onto parallel streams with the fewest
     synchronisations, as Nimble does; report streams, events, and the makespan simulated on
     the op-latency model against its bounds and one stream."""
+    check_distinct_outputs({"--trace": trace, "--gantt": gantt})
     result = schedule_streams(
         model,
         device=device,
