@@ -12,20 +12,29 @@ A file is a flat mapping (docs/cost-model.md, "Accelerator description files")::
     profile: fusionplan      # or optimus / paper: the defaults of the settings not given
     conventions: []          # any of Optimus's conventions, one by one
 
-Every key is optional except where a command needs the buffer; unknown keys, wrong types and
-unreadable files are a one-line ``ConfigError``.
+Every key is optional except where a command needs the buffer; an empty file, unknown keys,
+wrong types, bad values and unreadable files are a one-line ``ConfigError`` naming the file
+(and the key).
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from accel_model.accelerator import Accelerator
+from accel_model.accelerator import (
+    OPTIMUS_CONVENTIONS,
+    PROFILES,
+    SINGLE_LAYER_CONVENTIONS,
+    Accelerator,
+    parse_size,
+)
+from accel_model.registry import COST_MODELS
 from fusionplan.ir.errors import ConfigError
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -41,6 +50,13 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 KEYS: tuple[str, ...] = tuple(_TYPES)
 """The keys a description file may hold."""
+
+_CHOICES: dict[str, Callable[[], Sequence[str]]] = {
+    "scheme": COST_MODELS.names,  # read when checked: plug-in schemes count
+    "single_layer": lambda: SINGLE_LAYER_CONVENTIONS,
+    "profile": lambda: tuple(PROFILES),
+}
+_MINIMUM: dict[str, int] = {"bytes_per_element": 1, "pe_unroll": 0}
 
 
 def read_description(path: str | os.PathLike) -> dict[str, Any]:
@@ -61,10 +77,12 @@ def read_description(path: str | os.PathLike) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
         first = str(e).strip().splitlines()[0]
         raise ConfigError(f"accelerator file {file} is not valid: {first}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict):
         raise ConfigError(f"accelerator file {file} must hold a mapping of settings")
+    if not data:
+        raise ConfigError(
+            f"accelerator file {file} holds no settings (give at least 'buffer: 128KB')"
+        )
     for key, value in data.items():
         if key not in _TYPES:
             raise ConfigError(
@@ -74,7 +92,32 @@ def read_description(path: str | os.PathLike) -> dict[str, Any]:
         if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
             kinds = " or ".join(t.__name__ for t in types)
             raise ConfigError(f"accelerator file {file}: {key} must be a {kinds}, got {value!r}")
+        problem = _value_problem(key, value)
+        if problem:
+            raise ConfigError(f"accelerator file {file}: key {key!r}: {problem}")
     return data
+
+
+def _value_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` (of the right type) is not a valid ``key``, or None. Checked when the
+    file is read because its values become the defaults of the command-line options:
+    checked later, a bad one was blamed on the option (``--scheme``), not on the file."""
+    if key in _CHOICES:
+        choices = _CHOICES[key]()
+        if (value.lower() if key == "scheme" else value) not in choices:
+            return f"{value!r} is not one of {', '.join(choices)}"
+    elif key in _MINIMUM and value < _MINIMUM[key]:
+        return f"{value} is below {_MINIMUM[key]}"
+    elif key == "buffer":
+        try:
+            parse_size(value)
+        except ConfigError as e:
+            return str(e)
+    elif key == "conventions":
+        unknown = [c for c in value if c not in OPTIMUS_CONVENTIONS]
+        if unknown:
+            return f"{unknown[0]!r} is not one of {', '.join(OPTIMUS_CONVENTIONS)}"
+    return None
 
 
 def accelerator_from(settings: dict[str, Any], buffer: str | int | None = None) -> Accelerator:

@@ -118,6 +118,17 @@ def test_yaml_and_toml_descriptions(tmp_path):
         ("a.json", "{}", "must end in .yaml"),
         ("a.yaml", "scheme: brr\n", "gives no buffer size"),
         ("a.yaml", "buffer: 1KB\nscheme: lbdf\nprofile: optimus\n", "brr scheme only"),
+        # every value is checked when the file is read, naming the file and the key
+        ("a.yaml", "buffer: 1KB\nscheme: tpu\n", "a.yaml: key 'scheme': 'tpu' is not one of lbdf"),
+        ("a.yaml", "buffer: 1KB\npe_unroll: -4\n", "a.yaml: key 'pe_unroll': -4 is below 0"),
+        ("a.yaml", "buffer: 1KB\nprofile: fast\n", "key 'profile': 'fast' is not one"),
+        ("a.yaml", "buffer: 1KB\nsingle_layer: all\n", "key 'single_layer': 'all' is not one of"),
+        ("a.yaml", "buffer: 1KB\nbytes_per_element: 0\n", "key 'bytes_per_element': 0 is below 1"),
+        ("a.yaml", "buffer: 0KB\n", "key 'buffer': buffer size '0KB' must be positive"),
+        ("a.yaml", "buffer: 1KB\nconventions: [fast]\n", "key 'conventions': 'fast' is not one"),
+        ("a.yaml", "", "holds no settings"),
+        ("a.yaml", "# to do\n", "holds no settings"),
+        ("a.toml", "", "holds no settings"),
     ],
 )
 def test_bad_descriptions_are_one_line_errors(tmp_path, name, text, message):
@@ -145,6 +156,16 @@ def test_the_cli_reads_a_description_and_options_win(tmp_path):
     bad.write_text("buffer: 2KB\ncolour: red\n")
     result = CliRunner().invoke(cli, ["plan", str(model), "--accelerator", str(bad)])
     assert result.exit_code == 2 and "unknown key 'colour'" in result.output
+
+
+def test_the_cli_blames_a_bad_value_on_the_file_not_the_option(tmp_path):
+    src = tmp_path / "acc.yaml"
+    src.write_text("buffer: 2KB\nscheme: tpu\npe_unroll: -4\nprofile: fast\n")
+    model = save(residual_block(), tmp_path)
+    result = CliRunner().invoke(cli, ["plan", str(model), "--accelerator", str(src)])
+    assert result.exit_code == 2
+    assert f"{src}: key 'scheme': 'tpu' is not one of lbdf, brr" in result.output
+    assert "'--scheme'" not in result.output
 
 
 def test_the_api_takes_a_description(tmp_path):
