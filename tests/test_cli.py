@@ -156,6 +156,14 @@ BAD_PLAN_INPUT = {
         ["{models}/dyn.onnx", "--input-shape", "x=1x4xEx8"],
         "is not NAME=1x3x224x224",
     ),
+    "zero dimension": (
+        ["{models}/dyn.onnx", "--input-shape", "x=0x4x8x8"],
+        "'x=0x4x8x8': every dimension must be positive, got 0",
+    ),
+    "batch 2": (
+        ["{models}/dyn.onnx", "--input-shape", "x=2x4x8x8"],
+        "has batch 2, but the planner plans batch 1",
+    ),
 }
 
 

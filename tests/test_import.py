@@ -10,7 +10,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from data.zoo import load_zoo_model
-from fusionplan.ir.errors import GraphError, ModelError
+from fusionplan.ir.errors import ConfigError, GraphError, ModelError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.onnx_import import load_model
 from tests.onnx_builders import (
@@ -308,6 +308,23 @@ def test_input_shapes_errors(tmp_path) -> None:
     path = save(dynamic_batch(), tmp_path, "dyn")
     one_line_error(ModelError, lambda: load_model(path, input_shapes={"z": (1, 4, 8, 8)}), "'z'")
     one_line_error(ModelError, lambda: load_model(path, input_shapes={"x": (1, 4, 8)}), "'x'")
+
+
+def test_input_shapes_with_a_batch_other_than_1_are_refused(tmp_path) -> None:
+    """The planner plans one inference: a batch of 2 was folded into the channels."""
+    path = save(dynamic_batch(), tmp_path, "dyn")
+    one_line_error(
+        ConfigError,
+        lambda: load_model(path, input_shapes={"x": (2, 4, 8, 8)}),
+        "x=2x4x8x8 has batch 2",
+        "plans batch 1",
+        "use x=1x4x8x8",
+    )
+    net = Net(0)  # sequence-first tokens (T, 1, D): the batch is the second axis
+    net.op("Relu", ["tokens"], "y", "relu")
+    model = net.model([("tokens", ["T", 1, 8])], [("y", ["T", 1, 8])])
+    graph = to_graph(model, input_shapes={"tokens": (5, 1, 8)})
+    assert graph.tensors[graph.inputs[0]].shape == (8, 5, 1)
 
 
 def test_cycle_is_a_graph_error(tmp_path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import onnx
 from onnx import numpy_helper
 
-from fusionplan.ir.errors import GraphError, ModelError
+from fusionplan.ir.errors import ConfigError, GraphError, ModelError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, _topological_order
 from fusionplan.ir.shapes import Dims, chw, resolve_shapes, row_axes
 
@@ -130,7 +130,8 @@ def graph_from_proto(
 ) -> OpGraph:
     """Import an in-memory ``onnx.ModelProto`` (see :func:`load_model`)."""
     if input_shapes:
-        _fix_input_shapes(model, input_shapes)
+        _check_batch_one(input_shapes)
+        fix_input_shapes(model, input_shapes)
     _check_acyclic(model.graph)
     try:
         # Checking by path handles external weights and models over 2 GB.
@@ -165,7 +166,26 @@ def onnx_node_names(graph) -> list[str]:
     return names
 
 
-def _fix_input_shapes(model, input_shapes: Mapping[str, Sequence[int]]) -> None:
+def _check_batch_one(input_shapes: Mapping[str, Sequence[int]]) -> None:
+    """Refuse a fixed input shape with a batch other than 1: the op graph is one inference
+    (:func:`chw` folds leading axes into the channels), so a batch of 2 would be planned as
+    one image with twice the channels, not as two images. The batch is the first axis, or
+    the second in the sequence-first token layout (T, 1, D)."""
+    for name, dims in input_shapes.items():
+        dims = tuple(int(d) for d in dims)
+        sequence_first = len(dims) == 3 and dims[1] == 1
+        if len(dims) >= 2 and dims[0] != 1 and not sequence_first:
+            shape = "x".join(map(str, dims))
+            fixed = "x".join(map(str, (1, *dims[1:])))
+            raise ConfigError(
+                f"input shape {name}={shape} has batch {dims[0]}, but the planner plans batch 1 "
+                f"(one inference; a batch would be folded into the channels): use {name}={fixed}"
+            )
+
+
+def fix_input_shapes(model, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    """Give graph inputs of ``model`` (a ModelProto, changed in place) static shapes, e.g.
+    for symbolic batch axes, and drop the value_info inferred from the old shapes."""
     inputs = {vi.name: vi for vi in model.graph.input}
     for tname, dims in input_shapes.items():
         if tname not in inputs:

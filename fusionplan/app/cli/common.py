@@ -130,7 +130,9 @@ def scheme_option(**kwargs: Any):
 
 
 def parse_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-    """``NAME=1x3x224x224`` items -> {name: shape}; a ConfigError for a malformed one."""
+    """``NAME=1x3x224x224`` items -> {name: shape}; a ConfigError for a malformed one, and
+    one that names the problem for a zero or negative dimension (well formed, so the
+    usage hint alone would not say what is wrong)."""
     shapes = {}
     for item in values:
         name, sep, dims = item.partition("=")
@@ -138,8 +140,12 @@ def parse_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
             shape = tuple(int(d) for d in dims.lower().split("x"))
         except ValueError:
             shape = ()
-        if not sep or not name or not shape or min(shape) <= 0:
+        if not sep or not name or not shape:
             raise ConfigError(f"--input-shape {item!r} is not NAME=1x3x224x224")
+        if min(shape) <= 0:
+            raise ConfigError(
+                f"--input-shape {item!r}: every dimension must be positive, got {min(shape)}"
+            )
         shapes[name] = shape
     return shapes
 
