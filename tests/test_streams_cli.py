@@ -16,6 +16,7 @@ from fusionplan.app.bench.streams import markdown, read_cells
 from fusionplan.app.bench.streams import run_bench as run_streams_bench
 from fusionplan.ir.errors import ConfigError
 from fusionplan.passes.substitution.pipeline import SubstitutionRequest, substitute
+from tests.onnx_builders import dynamic_batch, save
 from tests.substitution_models import inception_block
 from tests.test_cli import invoke, run_bin
 
@@ -71,6 +72,19 @@ def test_bad_input_is_one_line_and_writes_nothing(case: str, cell: Path, tmp_pat
     assert len(lines) == 1 and lines[0].startswith("fusionplan: error: "), proc.stderr
     assert message in lines[0]
     assert list(work.iterdir()) == []
+
+
+def test_a_symbolic_batch_is_fixed_with_input_shape(tmp_path: Path) -> None:
+    """The error names this command (not substitution) and the option that fixes it."""
+    model = save(dynamic_batch(), tmp_path, "dyn")
+    proc = run_bin("streams", model, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "fusionplan: error: streams: tensor 'x' has no static shape: it is a graph input with "
+        "symbolic dimensions (N, 4, 8, 8); give it one, e.g. --input-shape x=1x4x8x8"
+    ]
+    report = json.loads(invoke("streams", model, "--input-shape", "x=1x4x8x8", "--json").output)
+    assert report["ops"] == 2
 
 
 def test_plan_with_streams_prepass(cell: Path) -> None:

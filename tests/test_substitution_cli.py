@@ -15,6 +15,7 @@ from onnx import helper
 import fusionplan as fp
 from fusionplan.passes import PASSES
 from fusionplan.passes.substitution.convert import check_equivalence
+from tests.onnx_builders import dynamic_batch, save
 from tests.substitution_models import inception_block, model, weight
 from tests.test_cli import invoke, run_bin
 
@@ -80,6 +81,19 @@ def test_bad_input_is_one_line_and_writes_nothing(case: str, block: Path, tmp_pa
     assert len(lines) == 1 and lines[0].startswith("fusionplan: error: "), proc.stderr
     assert message in lines[0]
     assert list(work.iterdir()) == []
+
+
+def test_a_symbolic_batch_is_fixed_with_input_shape(tmp_path: Path) -> None:
+    src = save(dynamic_batch(), tmp_path, "dyn")
+    proc = run_bin("substitute", src, "-q", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fusionplan: error: substitute: tensor 'x'")
+    assert lines[0].endswith("give it one, e.g. --input-shape x=1x4x8x8")
+    out = tmp_path / "out.onnx"
+    invoke("substitute", src, "--input-shape", "x=1x4x8x8", "-q", "-o", out)
+    dims = onnx.load(out).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [1, 4, 8, 8]
 
 
 def test_plan_with_substitute_prepass(block: Path) -> None:

@@ -127,9 +127,11 @@ def substitute(
     guard: bool = False,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> SubstitutionResult:
     """Rewrite ``model`` (ONNX path, zoo name or ModelProto) into a cheaper equivalent graph
-    under an op-latency model; ``result.model`` is the ONNX, ``result.report`` what changed."""
+    under an op-latency model; ``result.model`` is the ONNX, ``result.report`` what changed.
+    ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``)."""
     SEARCHES.check(search)
     LATENCY_MODELS.check(device)
     request = SubstitutionRequest(
@@ -143,7 +145,7 @@ def substitute(
         guard=guard,
         seed=seed,
     )
-    return run_substitution(model, request, progress=progress)
+    return run_substitution(model, request, progress=progress, input_shapes=input_shapes)
 
 
 def schedule_streams(
@@ -156,10 +158,12 @@ def schedule_streams(
     event_s: float = EVENT_S,
     repeats: int = 20,
     seed: int = 0,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> StreamsResult:
     """Assign ``model``'s ops (ONNX path, zoo name or ModelProto) to parallel streams as
     Nimble does; ``result.report`` has streams, events and the makespan simulated on
-    ``device``'s op latencies, and with ``execute="cpu"|"cuda"`` the measured latency."""
+    ``device``'s op latencies, and with ``execute="cpu"|"cuda"`` the measured latency.
+    ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``)."""
     LATENCY_MODELS.check(device)
     request = StreamsRequest(
         device=device,
@@ -170,7 +174,7 @@ def schedule_streams(
         repeats=repeats,
         seed=seed,
     )
-    return run_streams(model, request)
+    return run_streams(model, request, input_shapes=input_shapes)
 
 
 def apply_prepasses(

@@ -200,6 +200,18 @@ def fix_input_shapes(model, input_shapes: Mapping[str, Sequence[int]]) -> None:
         vi.type.tensor_type.ClearField("shape")
 
 
+def symbolic_input_hint(value_info) -> tuple[str, str]:
+    """A graph input's dimensions as declared (``N, 3, 224, 224``) and a static shape to
+    suggest for it (``1x3x224x224``: batch 1, other symbols as ``<T>`` placeholders), for
+    the errors that ask for ``--input-shape``."""
+    dims = value_info.type.tensor_type.shape.dim
+    shown = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param for d in dims]
+    example = "x".join(
+        s if s.isdigit() else "1" if axis == 0 else f"<{s or '?'}>" for axis, s in enumerate(shown)
+    )
+    return ", ".join(s or "?" for s in shown), example or "1x3x224x224"
+
+
 def _check_acyclic(graph) -> None:
     """ONNX requires topological order, but we report a cycle in words, not a checker dump."""
     producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
@@ -361,17 +373,11 @@ class _Importer:
         declare a shape that neither inference nor constant folding could find."""
         inputs = {vi.name: vi for vi in self.model.graph.input}
         if tname in inputs:
-            dims = inputs[tname].type.tensor_type.shape.dim
-            shown = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param for d in dims]
-            example = "x".join(
-                s if s.isdigit() else "1" if axis == 0 else f"<{s or '?'}>"
-                for axis, s in enumerate(shown)
-            )
+            shown, example = symbolic_input_hint(inputs[tname])
             return ModelError(
                 f"tensor '{tname}' has a dynamic or unknown shape: it is a graph input with "
-                f"symbolic dimensions ({', '.join(s or '?' for s in shown)}); give it a static "
-                f"shape, e.g. --input-shape {tname}={example or '1x3x224x224'} "
-                f"(API: input_shapes={{'{tname}': (...)}})"
+                f"symbolic dimensions ({shown}); give it a static shape, e.g. --input-shape "
+                f"{tname}={example} (API: input_shapes={{'{tname}': (...)}})"
             )
         where = f" (output of {maker.op_type} node '{maker_name}')" if maker is not None else ""
         return ModelError(

@@ -150,6 +150,17 @@ def parse_shapes(values: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def input_shape_option() -> Callable[..., Any]:
+    """``--input-shape NAME=1x3xHxW`` (repeatable), read with :func:`parse_shapes`: every
+    command that imports a model takes it, for models exported with symbolic axes."""
+    return click.option(
+        "--input-shape",
+        multiple=True,
+        metavar="NAME=1x3xHxW",
+        help="Fix a dynamic graph-input shape (repeatable).",
+    )
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     """The planning options shared by `plan` and `sweep`, gathered by :func:`plan_options`."""
@@ -310,12 +321,7 @@ _PLAN_OPTIONS = [
         help=f"BRR channel slice k: output channels the PE array unrolls (default "
         f"{DEFAULT_PE_UNROLL}; 0: full-channel buffering).",
     ),
-    click.option(
-        "--input-shape",
-        multiple=True,
-        metavar="NAME=1x3xHxW",
-        help="Fix a dynamic graph-input shape (repeatable).",
-    ),
+    input_shape_option(),
     click.option("--strict-ops", is_flag=True, help="Fail on ops the importer does not know."),
     click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
     click.option(

@@ -9,7 +9,13 @@ import click
 
 from accel_model.latency import LATENCY_MODELS
 from fusionplan.app.api import schedule_streams
-from fusionplan.app.cli.common import OutputPath, RegistryChoice, check_distinct_outputs
+from fusionplan.app.cli.common import (
+    OutputPath,
+    RegistryChoice,
+    check_distinct_outputs,
+    input_shape_option,
+    parse_shapes,
+)
 from fusionplan.passes.streams.pipeline import EXECUTORS
 from fusionplan.passes.streams.simulate import EVENT_S
 
@@ -51,18 +57,31 @@ from fusionplan.passes.streams.simulate import EVENT_S
 @click.option(
     "--repeats", type=click.IntRange(min=1), default=20, show_default=True, help="Timed runs."
 )
+@input_shape_option()
 @click.option("--trace", type=OutputPath(), help="Write a Chrome/Perfetto trace (JSON) here.")
 @click.option("--gantt", type=OutputPath(), help="Write a Gantt chart (PNG) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def streams_cmd(
-    model, device, max_streams, execute, launch_us, event_us, repeats, trace, gantt, as_json
+    model,
+    device,
+    max_streams,
+    execute,
+    launch_us,
+    event_us,
+    repeats,
+    input_shape,
+    trace,
+    gantt,
+    as_json,
 ) -> None:
     """Schedule MODEL's ops (ONNX file or zoo name) onto parallel streams with the fewest
     synchronisations, as Nimble does; report streams, events, and the makespan simulated on
     the op-latency model against its bounds and one stream."""
     check_distinct_outputs({"--trace": trace, "--gantt": gantt})
+    shapes = parse_shapes(input_shape)
     result = schedule_streams(
         model,
+        input_shapes=shapes,
         device=device,
         max_streams=max_streams,
         execute=execute,

@@ -8,7 +8,13 @@ import click
 
 from accel_model.latency import LATENCY_MODELS
 from fusionplan.app.api import substitute
-from fusionplan.app.cli.common import OutputPath, RegistryChoice, progress_bar
+from fusionplan.app.cli.common import (
+    OutputPath,
+    RegistryChoice,
+    input_shape_option,
+    parse_shapes,
+    progress_bar,
+)
 from fusionplan.passes.substitution.cost import COST_KINDS
 from fusionplan.passes.substitution.pipeline import MEASURES
 from fusionplan.passes.substitution.rules import RULES
@@ -73,11 +79,25 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
     "more than 2% slower than the original.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@input_shape_option()
 @click.option("-o", "--output", type=OutputPath(), help="Write the rewritten ONNX model here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def substitute_cmd(
-    model, search, cost, device, budget, depth, rules, measure, guard, seed, output, as_json, quiet
+    model,
+    search,
+    cost,
+    device,
+    budget,
+    depth,
+    rules,
+    measure,
+    guard,
+    seed,
+    input_shape,
+    output,
+    as_json,
+    quiet,
 ) -> None:
     """Rewrite MODEL (ONNX file or zoo name) into an equivalent graph that is faster under
     the op-latency model: fused activations, merged sibling convs and matmuls, folded
@@ -85,6 +105,7 @@ def substitute_cmd(
     names = [r.strip() for r in rules.split(",") if r.strip()] if rules else None
     for name in names or ():
         RULES.check(name)
+    shapes = parse_shapes(input_shape)
     with progress_bar(f"{search} on {model}", budget, not quiet) as bar:
         done = 0
 
@@ -105,6 +126,7 @@ def substitute_cmd(
             guard=guard,
             seed=seed,
             progress=progress,
+            input_shapes=shapes,
         )
     if output:
         result.save(output)

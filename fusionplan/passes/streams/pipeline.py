@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +36,7 @@ from fusionplan.passes.streams.measure import (
 from fusionplan.passes.streams.program import fold_constants
 from fusionplan.passes.streams.simulate import EVENT_S, Simulation, simulate
 from fusionplan.passes.streams.trace import Timeline, chrome_trace, write_gantt, write_trace
-from fusionplan.passes.substitution.convert import from_onnx, load_onnx
+from fusionplan.passes.substitution.convert import from_onnx, load_onnx, with_input_shapes
 from fusionplan.passes.substitution.cost import GraphCost
 from fusionplan.passes.substitution.graph import SubGraph, split_qualified
 
@@ -155,9 +156,11 @@ def schedule_streams(
     *,
     latency: LatencyModel | None = None,
     name: str | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> StreamsResult:
     """Assign ``model``'s ops (a ModelProto, an ONNX path or a zoo name) to streams,
-    simulate the schedule on ``request.device``'s latency model and optionally run it."""
+    simulate the schedule on ``request.device``'s latency model and optionally run it.
+    ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``)."""
     if request.execute is not None and request.execute not in EXECUTORS:
         raise ConfigError(f"unknown executor '{request.execute}' (choose cpu or cuda)")
     if request.execute == "cuda":
@@ -165,7 +168,7 @@ def schedule_streams(
     if not isinstance(model, onnx.ModelProto):
         name = name or Path(os.fspath(model)).stem
         model = load_onnx(model_source(model))
-    graph = fold_constants(from_onnx(model))
+    graph = fold_constants(from_onnx(with_input_shapes(model, input_shapes), command="streams"))
     if not len(graph):
         raise ModelError(f"{name or graph.name}: no ops to schedule")
     latency = latency or make_latency_model(request.device)

@@ -11,7 +11,7 @@ with their names and types.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from fusionplan.ir.errors import ModelError
+from fusionplan.ir.onnx_import import fix_input_shapes, symbolic_input_hint
 from fusionplan.ir.shapes import resolve_shapes
 from fusionplan.passes.substitution.graph import (
     MS_DOMAIN,
@@ -45,8 +46,22 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
-def from_onnx(model: onnx.ModelProto) -> SubGraph:
-    """The substitution graph of ``model``; every tensor must have a static shape."""
+def with_input_shapes(
+    model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None
+) -> onnx.ModelProto:
+    """``model`` with the named graph inputs given static shapes (``--input-shape``), for a
+    model exported with symbolic axes; a copy, the caller's model is left as it was."""
+    if not input_shapes:
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    fix_input_shapes(fixed, input_shapes)
+    return fixed
+
+
+def from_onnx(model: onnx.ModelProto, *, command: str = "substitute") -> SubGraph:
+    """The substitution graph of ``model``; every tensor must have a static shape.
+    ``command`` (or pass), the one that needs the graph, is named in its errors."""
     graph = model.graph
     shapes = resolve_shapes(model)
     types = _elem_types(model)
@@ -59,7 +74,7 @@ def from_onnx(model: onnx.ModelProto) -> SubGraph:
             a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
             for a in proto.attribute
         ):
-            raise ModelError(f"substitution: {proto.op_type} with a subgraph is not supported")
+            raise ModelError(f"{command}: {proto.op_type} with a subgraph is not supported")
         ins = tuple(_follow(alias, t) for t in proto.input)
         if proto.op_type == "Constant" and not proto.domain:
             value = helper.get_attribute_value(proto.attribute[0])
@@ -80,7 +95,7 @@ def from_onnx(model: onnx.ModelProto) -> SubGraph:
     for tensor in (*inputs, *(t for n in nodes for t in n.outputs if t)):
         dims = shapes.get(tensor)
         if dims is None:
-            raise ModelError(f"substitution: tensor {tensor!r} has no static shape")
+            raise _no_static_shape(model, tensor, command)
         tensors[tensor] = TensorInfo(tuple(dims), types.get(tensor, "float32"))
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
@@ -90,6 +105,22 @@ def from_onnx(model: onnx.ModelProto) -> SubGraph:
     opsets = {o.domain or "": o.version for o in model.opset_import}
     return SubGraph(
         nodes, tensors, weights, inputs, outputs, opsets=opsets, name=graph.name or "graph"
+    )
+
+
+def _no_static_shape(model: onnx.ModelProto, tensor: str, command: str) -> ModelError:
+    """Say what fixes a missing shape: ``--input-shape`` for a symbolic graph input (inputs
+    are checked first, so a later tensor lacks its shape although the inputs are static)."""
+    inputs = {vi.name: vi for vi in model.graph.input}
+    if tensor not in inputs:
+        return ModelError(
+            f"{command}: tensor {tensor!r} has no static shape although every graph input "
+            "is static; declare it in the model's value_info"
+        )
+    shown, example = symbolic_input_hint(inputs[tensor])
+    return ModelError(
+        f"{command}: tensor {tensor!r} has no static shape: it is a graph input with "
+        f"symbolic dimensions ({shown}); give it one, e.g. --input-shape {tensor}={example}"
     )
 
 

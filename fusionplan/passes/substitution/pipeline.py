@@ -31,6 +31,7 @@ from fusionplan.passes.substitution.convert import (
     load_onnx,
     run_model,
     to_onnx,
+    with_input_shapes,
 )
 from fusionplan.passes.substitution.cost import CostBreakdown, CostKind, GraphCost
 from fusionplan.passes.substitution.graph import SubGraph
@@ -143,13 +144,16 @@ def substitute(
     latency: LatencyModel | None = None,
     progress: Callable[[int], None] | None = None,
     name: str | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> SubstitutionResult:
     """Search ``model`` (a ModelProto, an ONNX path or a zoo name) for a cheaper equivalent
-    graph; the rewritten model (equivalence checked) and a report."""
+    graph; the rewritten model (equivalence checked) and a report. ``input_shapes`` makes
+    symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``); the result keeps them."""
     if not isinstance(model, onnx.ModelProto):
         path = model_source(model)
         name = name or Path(os.fspath(model)).stem
         model = load_onnx(path)
+    model = with_input_shapes(model, input_shapes)
     run_model(model)  # fail now, in one line, on a model onnxruntime cannot run
     search = _make_search(request)
     latency = latency or make_latency_model(request.device)
