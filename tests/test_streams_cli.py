@@ -15,6 +15,8 @@ from data.synthetic import nasnet_cells
 from fusionplan.app.bench.streams import markdown, read_cells
 from fusionplan.app.bench.streams import run_bench as run_streams_bench
 from fusionplan.ir.errors import ConfigError
+from fusionplan.passes.streams.assign import StreamAssignment
+from fusionplan.passes.streams.trace import Timeline, chrome_trace
 from fusionplan.passes.substitution.pipeline import SubstitutionRequest, substitute
 from tests.onnx_builders import dynamic_batch, save
 from tests.substitution_models import inception_block
@@ -85,6 +87,29 @@ def test_a_symbolic_batch_is_fixed_with_input_shape(tmp_path: Path) -> None:
     ]
     report = json.loads(invoke("streams", model, "--input-shape", "x=1x4x8x8", "--json").output)
     assert report["ops"] == 2
+
+
+def _ends_before_consumers(trace: dict, edges) -> None:
+    """Every consumer starts at or after its producer's ``ts + dur`` (compared in ns, the
+    trace's precision, so float noise in the µs values does not count)."""
+    ops = {e["args"]["index"]: e for e in trace["traceEvents"] if e["ph"] == "X"}
+
+    def ns(us: float) -> int:
+        return round(us * 1000)
+
+    for u, v in edges:
+        assert ns(ops[v]["ts"]) >= ns(ops[u]["ts"]) + ns(ops[u]["dur"]), (u, v)
+
+
+def test_trace_ops_end_before_their_consumers_start(cell: Path) -> None:
+    # a chain whose ts and dur, rounded apart, overlapped op 0 with op 1 by a nanosecond
+    start, finish = (1.0006e-6, 2.0004e-6, 3.0009e-6), (2.0004e-6, 3.0009e-6, 4e-6)
+    chain = StreamAssignment((0, 0, 0), ((0, 1, 2),), (0, 1, 2), (), 1, 0)
+    timeline = Timeline("simulated", start, finish)
+    trace = chrome_trace(["a", "b", "c"], ["Relu"] * 3, chain, [timeline])
+    _ends_before_consumers(trace, [(0, 1), (1, 2)])
+    scheduled = fp.schedule_streams(cell)
+    _ends_before_consumers(scheduled.trace(), scheduled.dag.edges)
 
 
 def test_plan_with_streams_prepass(cell: Path) -> None:

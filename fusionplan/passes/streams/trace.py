@@ -42,7 +42,7 @@ def chrome_trace(
         for s in range(assignment.num_streams):
             events.append(_meta("thread_name", pid, s, f"stream {s}"))
         for v, name in enumerate(names):
-            begin, end = timeline.start[v] * 1e6, timeline.finish[v] * 1e6
+            begin, end = _us(timeline.start[v]), _us(timeline.finish[v])
             events.append(
                 {
                     "name": ops[v],
@@ -50,7 +50,7 @@ def chrome_trace(
                     "ph": "X",
                     "pid": pid,
                     "tid": assignment.stream_of[v],
-                    "ts": round(begin, 3),
+                    "ts": begin,
                     "dur": round(max(end - begin, 0.0), 3),
                     "args": {"node": name, "index": v},
                 }
@@ -63,7 +63,7 @@ def chrome_trace(
                     **common,
                     "ph": "s",
                     "tid": assignment.stream_of[u],
-                    "ts": round(timeline.finish[u] * 1e6, 3),
+                    "ts": _us(timeline.finish[u]),
                 }
             )
             events.append(
@@ -72,10 +72,17 @@ def chrome_trace(
                     "ph": "f",
                     "bp": "e",
                     "tid": assignment.stream_of[v],
-                    "ts": round(timeline.start[v] * 1e6, 3),
+                    "ts": _us(timeline.start[v]),
                 }
             )
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def _us(seconds: float) -> float:
+    """A time in the trace: µs, rounded to the ns. An op's start and end are rounded, and
+    its ``dur`` is their difference: rounding ``ts`` and ``dur`` apart let an op end up to
+    a ns after its consumer starts (``ts + dur`` rounds differently from the end)."""
+    return round(seconds * 1e6, 3)
 
 
 def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
