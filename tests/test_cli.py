@@ -24,7 +24,7 @@ from accel_model import Accelerator, make_cost_model
 from fusionplan.app.cli import cli
 from fusionplan.ir.onnx_import import load_model
 from fusionplan.planning.plan import Plan
-from tests.onnx_builders import dynamic_batch, residual_block, save, wide_chains
+from tests.onnx_builders import dynamic_batch, residual_block, save, wide_chains, with_unknown_op
 
 BIN = Path(sys.executable).parent / "fusionplan"
 FAST = ["--search", "rs", "--budget", "10", "-q"]
@@ -340,6 +340,16 @@ def test_exact_search_is_no_worse_than_local_search(models: Path, tmp_path: Path
         "proven optimal"
         in invoke("plan", src, "--buffer", "500B", "--search", "exact", "-q").stdout
     )
+
+
+def test_an_unknown_op_is_one_warning_line(tmp_path: Path):
+    model = save(with_unknown_op("MyOp"), tmp_path, "custom")
+    proc = run_bin("plan", model, *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "fusionplan: warning: op type 'MyOp' (1 node) is not modelled: costed as a generic op "
+        "(input + output traffic row by row, constant inputs as weights); --strict-ops refuses it"
+    ]
 
 
 # ----------------------------------------------------------------------------- interrupts

@@ -4,13 +4,15 @@ for bad input that say what to do."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
 
 from data.zoo import load_zoo_model
-from fusionplan.ir.errors import ConfigError, GraphError, ModelError
+from fusionplan.ir.errors import ConfigError, FusionPlanWarning, GraphError, ModelError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.onnx_import import load_model
 from tests.onnx_builders import (
@@ -162,7 +164,8 @@ def test_settings_inputs_are_not_weights() -> None:
 # ------------------------------------------------------------------ unknown ops
 @pytest.mark.parametrize("op_type", ["Einsum", "MyOp"])
 def test_unknown_op_is_kept_as_other(op_type: str) -> None:
-    graph = to_graph(with_unknown_op(op_type))
+    with pytest.warns(FusionPlanWarning, match=f"op type '{op_type}' \\(1 node\\) is not modelled"):
+        graph = to_graph(with_unknown_op(op_type))
     assert [n.kind for n in graph.nodes] == ["act", "other", "act"]
     other = graph.nodes[1]
     assert other.op_type == op_type
@@ -172,9 +175,30 @@ def test_unknown_op_is_kept_as_other(op_type: str) -> None:
     assert [(e.src, e.dst) for e in graph.edges] == [(0, 1), (1, 2)]
 
 
+def test_one_warning_per_unknown_op_type_and_none_for_known_ops() -> None:
+    net = Net(0)
+    t = net.op("Hardmax", ["x"], "h1", "hardmax1")
+    t = net.op("Relu", [t], "r", "relu")
+    net.op("Hardmax", [t], "y", "hardmax2")
+    model = net.model([("x", [1, 4, 8, 8])], [("y", [1, 4, 8, 8])])
+    with pytest.warns(FusionPlanWarning) as caught:
+        to_graph(model)
+    assert [str(w.message) for w in caught] == [
+        "op type 'Hardmax' (2 nodes) is not modelled: costed as a generic op (input + output "
+        "traffic row by row, constant inputs as weights); --strict-ops refuses it"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FusionPlanWarning)
+        to_graph(channel_shuffle())  # Transpose, Gather, Slice: known ops, no warning
+
+
 @pytest.mark.parametrize("op_type", ["Einsum", "MyOp"])
 def test_unknown_op_is_an_error_with_strict_ops(op_type: str) -> None:
-    one_line_error(ModelError, lambda: to_graph(with_unknown_op(op_type), strict_ops=True), op_type)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FusionPlanWarning)  # the error, not a warning
+        one_line_error(
+            ModelError, lambda: to_graph(with_unknown_op(op_type), strict_ops=True), op_type
+        )
 
 
 def test_unknown_op_without_a_shape_names_the_op() -> None:

@@ -19,3 +19,8 @@ class ConfigError(FusionPlanError):
 
 class PlanError(FusionPlanError):
     """A plan file is malformed or does not match the model it is applied to."""
+
+
+class FusionPlanWarning(UserWarning):
+    """Something about the input that does not stop the command but makes its figures less
+    trustworthy (an op costed by a guess); the CLI prints it as one ``warning:`` line."""

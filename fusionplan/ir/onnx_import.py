@@ -6,12 +6,14 @@ model computes inside the graph, :mod:`fusionplan.ir.shapes`), drop constant and
 subgraphs, remove view ops (reconnecting their edges), fold BatchNormalization into a
 preceding Conv, find every tensor's row axis, and turn every remaining op into a
 :class:`Node`. Unknown ops are kept as ``other`` nodes with their tensor sizes unless
-``strict_ops`` is set.
+``strict_ops`` is set, with one :class:`FusionPlanWarning` per unknown op type.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ from pathlib import Path
 import onnx
 from onnx import numpy_helper
 
-from fusionplan.ir.errors import ConfigError, GraphError, ModelError
+from fusionplan.ir.errors import ConfigError, FusionPlanWarning, GraphError, ModelError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, _topological_order
 from fusionplan.ir.shapes import Dims, chw, resolve_shapes, row_axes
 
@@ -212,6 +214,19 @@ def symbolic_input_hint(value_info) -> tuple[str, str]:
     return ", ".join(s or "?" for s in shown), example or "1x3x224x224"
 
 
+def _warn_unmodelled(op_types: Counter[str]) -> None:
+    """One warning per op type the importer does not know: such an op is costed by a guess
+    (a row-by-row op on its tensor sizes, no compute), which used to shape a plan silently."""
+    for op, count in sorted(op_types.items()):
+        nodes = f"{count} node{'s' if count > 1 else ''}"
+        warnings.warn(
+            f"op type {op!r} ({nodes}) is not modelled: costed as a generic op (input + output "
+            "traffic row by row, constant inputs as weights); --strict-ops refuses it",
+            FusionPlanWarning,
+            stacklevel=2,
+        )
+
+
 def _check_acyclic(graph) -> None:
     """ONNX requires topological order, but we report a cycle in words, not a checker dump."""
     producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
@@ -359,6 +374,7 @@ class _Importer:
             if id(n) in self.bias_added:
                 weights += tensors[outs[0]].shape[0]
             nodes.append(self._make_node(n, names[id(n)], tuple(act_in), outs, weights, tensors))
+        _warn_unmodelled(Counter(n.op_type for n in compute if n.op_type not in KNOWN_OPS))
 
         graph_outputs = []
         for o in g.output:

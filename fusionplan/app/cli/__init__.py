@@ -14,10 +14,11 @@ import importlib
 import signal
 import sys
 import warnings
+from typing import TextIO
 
 import click
 
-from fusionplan.ir.errors import FusionPlanError
+from fusionplan.ir.errors import FusionPlanError, FusionPlanWarning
 from fusionplan.ir.version import VERSION
 
 EXIT_BAD_INPUT = 2
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: one-line errors and exit code 2 for bad input and failed writes;
     an interrupt stops the command at once with exit code 130, writing nothing."""
     _interruptible()
+    _one_line_warnings()
     # torch_geometric's import trips torch's own deprecation of torch.jit.script; users
     # cannot act on it, so it is not shown.
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
@@ -92,6 +94,27 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("fusionplan: interrupted", err=True)
         sys.exit(130)
+
+
+def _one_line_warnings() -> None:
+    """Print fusionplan's own warnings (:class:`FusionPlanWarning`) as one line each, like its
+    errors, instead of Python's file:line report; other warnings are left as they are."""
+    show = warnings.showwarning
+
+    def show_warning(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, FusionPlanWarning):
+            click.echo(f"fusionplan: warning: {message}", err=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show_warning
 
 
 def _interruptible() -> None:
