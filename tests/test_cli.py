@@ -273,6 +273,18 @@ def test_sweep_writes_csv_and_png(models: Path, tmp_path: Path):
     assert as_json[1]["dram_mb"] == pytest.approx(float(rows[2]["dram_mb"]))
 
 
+def test_sweep_grid_table_names_each_onnx_model_by_its_stem(tmp_path: Path):
+    """Models in one folder used to share a table cell: their path, cut to the column."""
+    folder = tmp_path / "a-folder-whose-long-path-fills-the-model-column"
+    folder.mkdir()
+    paths = [save(residual_block(), folder, name) for name in ("block_one", "block_two")]
+    models = tmp_path / "models.txt"
+    models.write_text("".join(f"{p}\n" for p in paths))
+    out = invoke("sweep", "--models", models, "--buffers", "2KB", *FAST, "-j", "1").stdout
+    rows = [line for line in out.splitlines() if "lbdf" in line]
+    assert [row.split()[1] for row in rows] == ["block_one", "block_two"], out
+
+
 # ----------------------------------------------------------------------------- zoo
 def test_zoo_list_json():
     rows = json.loads(invoke("zoo", "list", "--json").stdout)

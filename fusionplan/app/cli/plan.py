@@ -202,6 +202,12 @@ def _read_models(path: str) -> list[str]:
     return models
 
 
+def _model_label(model: str) -> str:
+    """A grid table's model cell: an ONNX file's stem, a zoo name as it is. A whole path was
+    cut to the column's width, so models of one folder all read ``/home/me/…``."""
+    return Path(model).stem if model.lower().endswith(".onnx") else model
+
+
 def _sweep_grid(
     grid: Grid, opts: PlanOptions, engine_opts: EngineOptions, out_dir, plot, output, as_json
 ) -> None:
@@ -222,7 +228,7 @@ def _sweep_grid(
         ["model", "scheme", "buffer", "DRAM MB", "lower bound MB", "gap", "groups", "note"],
         [
             [
-                r["model"],
+                _model_label(r["model"]),
                 r["scheme"],
                 r["buffer"],
                 "" if r["error"] else f"{r['dram_mb']:.3f}",
