@@ -28,7 +28,7 @@ class GroupCost(NamedTuple):
 class CacheStats:
     queries: int = 0
     hits: int = 0
-    ops_costed: int = 0  # ops of the groups costed from scratch: the searches' work measure
+    work: int = 0  # ops costed from scratch x work_per_op: the searches' work measure
 
     @property
     def hit_rate(self) -> float:
@@ -39,6 +39,9 @@ class CostModel(ABC):
     """Base class: subclasses implement :meth:`_compute` and set ``name``."""
 
     name: ClassVar[str]
+    # work units (search/effort.py) per op of a group costed from scratch: about 1.5 us a
+    # unit on the reference machine, so a search's units track its time on every scheme
+    work_per_op: ClassVar[int] = 1
 
     def __init__(self, graph: OpGraph, accel: Accelerator) -> None:
         self.graph = graph
@@ -81,7 +84,7 @@ class CostModel(ABC):
         if hit is not None:
             self.stats.hits += 1
             return hit
-        self.stats.ops_costed += group.bit_count()
+        self.stats.work += group.bit_count() * self.work_per_op
         result = self._evaluate(group)
         self._memo[group] = result
         return result

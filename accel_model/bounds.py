@@ -33,26 +33,34 @@ def compulsory_traffic(
     return bytes_per_element * (io + sum(counted))
 
 
-def ancestors(graph: OpGraph) -> list[Group]:
-    """Per node, the mask of its strict ancestors (labels are topological)."""
-    anc = [0] * len(graph)
-    for v in range(len(graph)):
-        a = 0
-        for u in bits(graph.pred_mask[v]):
-            a |= anc[u] | (1 << u)
-        anc[v] = a
-    return anc
+def _hulls(cost_model: CostModel) -> tuple[tuple[tuple[int, Group, bool], ...], ...]:
+    """Per tensor, ``(consumer, hull, too big)`` for each consumer of a producer that is not
+    free alone: the hull is the producer, the consumer and every op on a path between them;
+    "too big" when :meth:`CostModel.buffer_floor` proves no valid group holds it. Computed
+    once per cost model (every LNS window's bound reads it)."""
+    cached = _HULLS.get(id(cost_model))
+    if cached is not None and cached[0] is cost_model:
+        return cached[1]
+    g, cm = cost_model.graph, cost_model
+    anc, desc, cons = g.ancestor_mask, g.descendant_mask, g.consumer_mask
+    out = []
+    for ti, t in enumerate(g.tensors):
+        p = t.producer
+        if p < 0 or cm.free_alone >> p & 1:
+            out.append(())
+            continue
+        row = []
+        for c in bits(cons[ti] & ~cm.free_alone):
+            hull = (1 << p) | (1 << c) | (desc[p] & anc[c])
+            row.append((c, hull, cm.buffer_floor(hull) >= cm.beta))
+        out.append(tuple(row))
+    result = tuple(out)
+    _HULLS.clear()  # one cost model at a time: a search uses one
+    _HULLS[id(cost_model)] = (cost_model, result)
+    return result
 
 
-def descendants(graph: OpGraph) -> list[Group]:
-    """Per node, the mask of its strict descendants."""
-    desc = [0] * len(graph)
-    for v in reversed(range(len(graph))):
-        d = 0
-        for u in bits(graph.succ_mask[v]):
-            d |= desc[u] | (1 << u)
-        desc[v] = d
-    return desc
+_HULLS: dict[int, tuple[CostModel, tuple[tuple[tuple[int, Group, bool], ...], ...]]] = {}
 
 
 class TrafficBound:
@@ -94,7 +102,7 @@ class TrafficBound:
         b, free_alone = cm.b, cm.free_alone
         self.paying = self.searched & ~free_alone  # searched ops that pay io + weights
         self.weight = [0 if free_alone >> v & 1 else b * w for v, w in enumerate(cm.node_weights)]
-        anc, desc = ancestors(g), descendants(g)
+        hulls = _hulls(cm)
         outs, cons = g.graph_output_set, g.consumer_mask
         searched, fixed, paying = self.searched, self.fixed, self.paying
         # per used tensor: (bytes, producer bit (0: graph input), producer searched,
@@ -108,9 +116,8 @@ class TrafficBound:
             free = bool(prod & searched)
             sep = 0
             if prod & paying:
-                for c in bits(cons[ti] & paying):
-                    hull = prod | (1 << c) | (desc[p] & anc[c])
-                    if hull & fixed or cm.buffer_floor(hull) >= cm.beta:
+                for c, hull, too_big in hulls[ti]:
+                    if paying >> c & 1 and (too_big or hull & fixed):
                         sep |= 1 << c
             written = bool(prod & paying) and (ti in outs or bool(cons[ti] & fixed) or bool(sep))
             self.tensors.append((b * t.size, prod, free, cons[ti] & ~free_alone, written, sep))

@@ -71,6 +71,7 @@ class BRRTerms:
 @COST_MODELS.register("brr")
 class BRR(CostModel):
     name = "brr"
+    work_per_op = 3  # rows, slices and footprints under two parities: ~3x LBDF per op
 
     def __init__(self, graph, accel) -> None:
         super().__init__(graph, accel)

@@ -11,7 +11,8 @@ command gives the same plan on any machine and under any load. With ``W`` the ru
    1 (at most ``ls_budget``; counted apart from auto's own budget). The large-neighbourhood
    search then runs for ``lns_share`` x W units, starting from the better of the exact
    search's and the local search's plans.
-3. The exact search runs again on the units left, with LNS's plan as its first upper bound:
+3. The exact search runs again on the units left (no greedy dive: it spends them all on A*),
+   with LNS's plan as its first upper bound:
    A* prunes every state whose bound reaches it, so it often proves that plan optimal (or
    finds better) where the first run, bounded only by a greedy dive, could not.
 
@@ -134,7 +135,7 @@ class AutoSearch:
         if found.optimal or not tractable or left <= 0 or clock_hit or problem.remaining < 1:
             return self._finish(second, t0, exact, "lns", work, clock_hit)
         problem.warm_start = [*problem.warm_start, second.best.groups]
-        third = self._exact(problem, seed, progress, left, end)
+        third = self._exact(problem, seed, progress, left, end, dive=False)
         again = third.exact
         assert again is not None
         work += again.work
@@ -155,11 +156,14 @@ class AutoSearch:
 
     def _exact(
         self, problem: FusionProblem, seed: int, progress: Progress | None, work: int,
-        end: float,
+        end: float, dive: bool = True,
     ) -> SearchResult:  # fmt: skip
+        """The exact search on ``work`` units; ``dive=False`` skips its greedy dive (the
+        second run has LNS's plan, better than any dive, as its first upper bound)."""
         search = ExactSearch(
-            work=max(work, 1), time_limit_s=_left(end), max_downsets=self.config.max_downsets
-        )
+            work=max(work, 1), time_limit_s=_left(end), max_downsets=self.config.max_downsets,
+            greedy_dive=dive,
+        )  # fmt: skip
         return search.run(problem, seed, progress)
 
     def _finish(

@@ -3,8 +3,10 @@ so that the same command gives the same plan on any machine, under any load, on 
 (docs/design.md, "Effort").
 
 One **work unit** is one candidate group the exact solver visits (A* and its greedy dives
-alike), or one op of a group the cost model costs from scratch (a cached cost is nearly
-free; a new one takes time in proportion to its ops). A run stops after a fixed number of
+alike), or one op of a group the cost model costs from scratch, times the scheme's
+``work_per_op`` (LBDF 1, BRR 3: a cached cost is nearly free, a new one takes time in
+proportion to its ops); bounding a new state costs ops / 8 units (the traffic bound reads
+every op and tensor). A run stops after a fixed number of
 units, never after a number of seconds, so how far it gets depends only on the model, the
 accelerator and the settings.
 ``effort`` scales every default: effort 1 is sized so that ``auto`` takes about 10 s on the
@@ -23,10 +25,11 @@ import time
 
 from fusionplan.ir.errors import ConfigError
 
-UNITS_PER_SECOND = 100_000
+UNITS_PER_SECOND = 300_000
 """Work units per CPU second on the reference machine (docs/results.md, "Determinism"):
-100k-280k on GoogLeNet and Inception-v3, 55k-90k on ViT-B/16 and DenseNet-121 BRR. Used only
-to size the defaults below, never to stop a run."""
+280k-560k on the cells auto cannot prove (GoogLeNet, Inception-v3), so that effort 1 keeps
+auto at or under about 10 s there. Used only to size the defaults below, never to stop a
+run."""
 
 AUTO_UNITS = 10 * UNITS_PER_SECOND  # auto's whole run at effort 1
 EXACT_UNITS = 60 * UNITS_PER_SECOND  # the exact search at effort 1

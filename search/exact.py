@@ -113,7 +113,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from accel_model.bounds import TrafficBound, ancestors
+from accel_model.bounds import TrafficBound
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.planning.result import ExactBound, SearchResult
@@ -251,12 +251,13 @@ class ExactSolver:
         self.unf = bound.fixed  # nodes the search never groups
         self.fus = bound.searched
         self.atom_pred = {a: _outside_preds(self.pred, a) for a in bound.atoms}
-        self.anc = ancestors(g)
+        self.anc = g.ancestor_mask
         self.prune = cm.monotone_over_downsets()  # module docstring: why pruning is exact
         self._h: dict[Group, int] = {}
         self._expanded: dict[Group, list[Transition]] = {}
-        self._visits = 0  # candidate groups visited
-        self._ops0 = cm.stats.ops_costed  # the cost model's count when this solver began
+        self._visits = 0  # candidate groups visited, plus the states bounded (see work)
+        self._bound_work = max(len(g) // 8, 1)  # a state's bound reads every op and tensor
+        self._cost_work0 = cm.stats.work  # the cost model's count when this solver began
         self.work_end = math.inf  # stop once ``work`` passes this
         self.clock_end = math.inf  # the wall-clock safety cap (perf_counter reading)
         self.stopped_by: str | None = None  # STOP_WORK or STOP_CLOCK once a limit is hit
@@ -267,14 +268,17 @@ class ExactSolver:
     # -- work -------------------------------------------------------------------------
     @property
     def work(self) -> int:
-        """Units spent (search/effort.py): one per candidate group visited, plus one per
-        op of each group costed from scratch (that is where the time goes)."""
-        return self._visits + self.cm.stats.ops_costed - self._ops0
+        """Units spent (search/effort.py): one per candidate group visited, the cost
+        model's ``work_per_op`` per op of each group costed from scratch, and ops / 8 per
+        new state bounded (that is where the time goes)."""
+        return self._visits + self.cm.stats.work - self._cost_work0
 
     def spend(self) -> bool:
-        """Count a visit; True when the run must stop (its units are spent, or, checked
-        every 256 visits, the clock is past the safety cap)."""
+        """Count a visit; True when the run must stop (its units are spent, checked every
+        16 visits, or, every 256, the clock is past the safety cap)."""
         self._visits += 1
+        if self._visits & 15:
+            return False  # the limits are read every 16 visits (still the same every run)
         if self.work > self.work_end:
             self.stopped_by = STOP_WORK
             return True
@@ -299,6 +303,7 @@ class ExactSolver:
         hit = self._h.get(done)
         if hit is None:
             hit = self._h[done] = self.bound.remaining(done)
+            self._visits += self._bound_work
         return hit
 
     def absorb(self, done: Group, new: Group) -> Group:

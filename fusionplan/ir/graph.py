@@ -156,6 +156,30 @@ class OpGraph:
         return tuple(masks)
 
     @cached_property
+    def ancestor_mask(self) -> tuple[Group, ...]:
+        """Per node, the mask of its strict ancestors (labels are topological)."""
+        anc = [0] * len(self.nodes)
+        pred = self.pred_mask
+        for v in range(len(anc)):
+            a = 0
+            for u in bits(pred[v]):
+                a |= anc[u] | (1 << u)
+            anc[v] = a
+        return tuple(anc)
+
+    @cached_property
+    def descendant_mask(self) -> tuple[Group, ...]:
+        """Per node, the mask of its strict descendants."""
+        desc = [0] * len(self.nodes)
+        succ = self.succ_mask
+        for v in reversed(range(len(desc))):
+            d = 0
+            for u in bits(succ[v]):
+                d |= desc[u] | (1 << u)
+            desc[v] = d
+        return tuple(desc)
+
+    @cached_property
     def neighbour_mask(self) -> tuple[Group, ...]:
         return tuple(p | s for p, s in zip(self.pred_mask, self.succ_mask, strict=True))
 
