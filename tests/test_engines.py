@@ -16,7 +16,7 @@ import pytest
 
 from data import dataset as ds
 from fusionplan.app import grid as grid_module
-from fusionplan.app.grid import Grid, run_grid
+from fusionplan.app.grid import GRID_FIELDS, Grid, run_grid
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.engines import (
     WORKER_DIED,
@@ -224,6 +224,21 @@ def test_ray_sweep_grid_equals_local(tmp_path, tiny_models, ray_engine):
         for scheme in grid.schemes:
             curve = [r["dram_mb"] for r in local if r["model"] == model and r["scheme"] == scheme]
             assert curve == sorted(curve, reverse=True)
+
+
+@needs_ray
+def test_ray_sweep_with_the_default_search_equals_local(tiny_models, ray_engine):
+    """auto stops on work units, not seconds: a slower or busier worker gets the same plan,
+    and the rows (and so the CSV) are the same on either engine."""
+    requests = tuple(
+        PlanRequest(buffer=f"{kb}KB", scheme="brr", effort=2e-4) for kb in TINY_BUFFERS_KB[:3]
+    )
+    grid = Grid(tuple(str(m) for m in tiny_models), ("lbdf", "brr"), requests)
+    local, _ = run_grid(grid, load_model, engine=LocalEngine(1))
+    remote, _ = run_grid(grid, load_model, engine=ray_engine)
+    assert remote == local and not any(r["error"] for r in local)
+    assert any(r["bound_method"] == "A* bound" for r in local)  # the work limit did bind
+    assert list(local[0]) == list(GRID_FIELDS)
 
 
 @needs_ray

@@ -12,10 +12,6 @@ import click
 from accel_model.accelerator import format_size, parse_size
 from data.zoo import zoo_entry, zoo_names
 from fusionplan.app.bench import BenchConfig, run_bench
-from fusionplan.app.bench.batching import markdown as batching_markdown
-from fusionplan.app.bench.batching import plot as plot_batching
-from fusionplan.app.bench.batching import run_bench as run_batching_bench
-from fusionplan.app.bench.batching import write_markdown as write_batching_markdown
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
 from fusionplan.app.bench.certified import (
     CertifiedConfig,
@@ -320,6 +316,9 @@ def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> 
     """Dynamic batching as ED-Batch measures it: batches and inputs/s of depth, agenda and
     FSM (naive and PQ layout) over batch sizes and hidden sizes; prints a markdown table."""
     check_distinct_outputs({"--out": out, "--plot": plot_path})
+    # torch (seconds to import) loads when the bench runs, not for `bench --help`
+    from fusionplan.app.bench.batching import markdown, plot, run_bench, write_markdown
+
     names = list(_names(workloads) or ())
     for name in names:
         get_workload(name)  # an unknown name fails before any work
@@ -327,14 +326,14 @@ def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> 
     widths = [int(v) for v in hiddens.split(",") if v.strip()]
     if not sizes or not widths or min(sizes + widths) < 1:
         raise click.BadParameter("batch and hidden sizes must be positive integers")
-    cells = run_batching_bench(
+    cells = run_bench(
         names, sizes, widths, repeats=repeats, progress=lambda s: click.echo(f"done {s}", err=True)
     )
-    click.echo(batching_markdown(cells))
+    click.echo(markdown(cells))
     if out:
-        write_batching_markdown(cells, Path(out))
+        write_markdown(cells, Path(out))
     if plot_path:
-        plot_batching(cells, Path(plot_path))
+        plot(cells, Path(plot_path))
 
 
 @bench_group.command("substitute")
@@ -442,7 +441,8 @@ def bench_scaling(source, cores, scale) -> None:
     type=float,
     default=60.0,
     show_default=True,
-    help="Seconds of exact search on cells auto did not prove (0: skip).",
+    help="Exact search on cells auto did not prove, in seconds of work on the reference "
+    "machine (search/effort.py: reproducible, not wall-clock; 0: skip).",
 )
 @click.option(
     "--out",
@@ -487,7 +487,13 @@ def bench_certified(models, schemes, buffers, ls_budget, exact_limit, out_dir, r
 @click.option("--models", help="Comma list (default: the zoo).")
 @click.option("--schemes", default="lbdf,brr", show_default=True, help="Comma list.")
 @click.option("--buffers", default="64KB,128KB,256KB,512KB,1MB,2MB", show_default=True)
-@click.option("--time-limit", type=float, default=60.0, show_default=True)
+@click.option(
+    "--time-limit",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Work per exact search, in seconds on the reference machine (search/effort.py).",
+)
 @click.option(
     "--out",
     "out_dir",
@@ -572,7 +578,8 @@ def bench_determinism(
 
 @bench_group.command("optimus")
 @click.option(
-    "--exact-limit", type=float, default=60.0, show_default=True, help="Seconds per exact search."
+    "--exact-limit", type=float, default=60.0, show_default=True,
+    help="Work per exact search, in seconds on the reference machine (search/effort.py).",
 )
 @click.option(
     "--report",
