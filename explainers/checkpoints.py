@@ -13,8 +13,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.io import write_atomic, write_text_atomic
 
@@ -62,6 +60,8 @@ def save_checkpoint(
     """Write ``state`` (tensors, ints, floats, strings, nested dicts/lists) and its manifest
     entry atomically."""
 
+    import torch  # heavy (seconds): loaded by what saves or loads, not by weights_dir's users
+
     directory = directory or weights_dir()
     name = checkpoint_name(kind, scheme)
     path = write_atomic(directory / name, lambda p: torch.save(state, p))
@@ -87,6 +87,8 @@ def load_checkpoint(
         raise CheckpointError(f"{path} has no entry in {directory / MANIFEST}; {fix}")
     if entry.get("checkpoint_version") != CHECKPOINT_VERSION or entry.get("kind") != kind:
         raise CheckpointError(f"{path} was written by an incompatible version; {fix}")
+    import torch  # heavy (seconds): only once a checkpoint is really read
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for corrupt or unsafe files

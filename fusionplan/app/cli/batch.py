@@ -8,13 +8,13 @@ import click
 
 from fusionplan.app.cli.common import console
 from fusionplan.passes.batching.fsm import DEFAULT_ENCODING, ENCODINGS
-from fusionplan.passes.batching.pipeline import LAYOUTS, BatchingRequest, run_batching
+from fusionplan.passes.batching.layout import LAYOUTS
 from fusionplan.passes.batching.policies import POLICIES
 from fusionplan.passes.batching.workloads import WORKLOADS
 
 
 @click.command("batch")
-@click.argument("workload", type=click.Choice(WORKLOADS.names()))
+@click.argument("workload", type=click.Choice(WORKLOADS.names()), metavar="WORKLOAD")
 @click.option("--policy", type=click.Choice(POLICIES.names()), default="fsm", show_default=True)
 @click.option("--layout", type=click.Choice(list(LAYOUTS)), default="pq", show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
@@ -52,6 +52,9 @@ def batch_cmd(
 ) -> None:
     """Batch WORKLOAD's dataflow graph with a policy (ED-Batch's FSM, DyNet's agenda, TF
     Fold's depth), plan memory, run it in PyTorch and report batches, copies, throughput."""
+    # torch (seconds to import) loads only when a batch runs, not for --help or a bad option
+    from fusionplan.passes.batching.pipeline import BatchingRequest, run_batching
+
     request = BatchingRequest(
         workload,
         policy,

@@ -317,7 +317,7 @@ def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> 
     FSM (naive and PQ layout) over batch sizes and hidden sizes; prints a markdown table."""
     check_distinct_outputs({"--out": out, "--plot": plot_path})
     # torch (seconds to import) loads when the bench runs, not for `bench --help`
-    from fusionplan.app.bench.batching import markdown, plot, run_bench, write_markdown
+    from fusionplan.app.bench import batching
 
     names = list(_names(workloads) or ())
     for name in names:
@@ -326,14 +326,14 @@ def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> 
     widths = [int(v) for v in hiddens.split(",") if v.strip()]
     if not sizes or not widths or min(sizes + widths) < 1:
         raise click.BadParameter("batch and hidden sizes must be positive integers")
-    cells = run_bench(
+    cells = batching.run_bench(
         names, sizes, widths, repeats=repeats, progress=lambda s: click.echo(f"done {s}", err=True)
     )
-    click.echo(markdown(cells))
+    click.echo(batching.markdown(cells))
     if out:
-        write_markdown(cells, Path(out))
+        batching.write_markdown(cells, Path(out))
     if plot_path:
-        plot(cells, Path(plot_path))
+        batching.plot(cells, Path(plot_path))
 
 
 @bench_group.command("substitute")

@@ -6,10 +6,8 @@ from pathlib import Path
 
 import click
 
-from data.dataset import default_dataset_dir
 from explainers import EXPLAINERS
 from explainers.checkpoints import weights_dir
-from explainers.train_gin import train_gin
 from fusionplan.app.cli.common import OutputPath, print_table, progress_bar, scheme_option
 from fusionplan.ir.errors import ConfigError
 
@@ -39,6 +37,11 @@ _OUT = click.option(
 @click.option("--quiet", "-q", is_flag=True)
 def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
     """Train the GIN validity classifier of one scheme (80/10/10 split by group)."""
+    # torch and torch_geometric (seconds to import) load when training starts, not for
+    # --help or a bad option
+    from data.dataset import default_dataset_dir
+    from explainers.train_gin import train_gin
+
     with progress_bar(f"GIN {scheme} epochs", enabled=not quiet) as progress:
         metrics = train_gin(
             dataset or default_dataset_dir(),

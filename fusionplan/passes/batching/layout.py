@@ -23,7 +23,7 @@ with the batch (alignment).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fusionplan.passes.batching.graph import Batch, DataflowGraph
@@ -171,6 +171,11 @@ def pq_layout(
     if copy_stats(graph, batches, naive).bytes_copied < best_bytes:
         return MemoryLayout("pq", naive.arena, naive.row, naive.widths, naive.sizes)
     return best
+
+
+LAYOUTS: dict[str, Callable[..., MemoryLayout]] = {"naive": naive_layout, "pq": pq_layout}
+"""Layout name -> builder. Here rather than in the pipeline (which loads torch), so that
+``fusionplan batch --help`` lists the names without it."""
 
 
 class _Constraints:

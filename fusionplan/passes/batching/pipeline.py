@@ -33,11 +33,10 @@ from fusionplan.passes.batching.fsm import (
     train_fsm,
 )
 from fusionplan.passes.batching.graph import check_schedule
-from fusionplan.passes.batching.layout import copy_stats, naive_layout, pq_layout
+from fusionplan.passes.batching.layout import LAYOUTS, copy_stats
 from fusionplan.passes.batching.policies import POLICIES, BatchingPolicy
 from fusionplan.passes.batching.workloads import Workload, get_workload
 
-LAYOUTS = {"naive": naive_layout, "pq": pq_layout}
 TRAIN_BATCH = 32  # inputs per training mini-batch
 TRAIN_GRAPHS = 4  # mini-batches the FSM trains on
 TRAIN_SEED_BASE = 1_000_003  # training inputs come from seeds far from evaluation seeds
