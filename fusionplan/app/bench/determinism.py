@@ -84,9 +84,7 @@ def _round(cells: Sequence[Cell], effort: float, hash_seed: int) -> dict[Cell, d
 @contextmanager
 def cpu_hog(processes: int) -> Iterator[None]:
     """``processes`` busy loops in the background while the block runs."""
-    hogs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)
-    ]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
     try:
         yield
     finally:

@@ -578,7 +578,10 @@ def bench_determinism(
 
 @bench_group.command("optimus")
 @click.option(
-    "--exact-limit", type=float, default=60.0, show_default=True,
+    "--exact-limit",
+    type=float,
+    default=60.0,
+    show_default=True,
     help="Work per exact search, in seconds on the reference machine (search/effort.py).",
 )
 @click.option(
