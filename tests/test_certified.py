@@ -110,6 +110,24 @@ def test_frozen_groups_of_an_optimum_keep_it(seed, scheme):
     problem.to_plan(problem._candidate(tuple(sorted(out.groups)))).validate()
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_ancestor_and_descendant_masks_by_search(seed):
+    graph = random_dag(seed, n_nodes=20)
+
+    def reach(direct, v):
+        found, todo = 0, list(bits(direct[v]))
+        while todo:
+            u = todo.pop()
+            if not found >> u & 1:
+                found |= 1 << u
+                todo.extend(bits(direct[u]))
+        return found
+
+    for v in range(len(graph)):
+        assert graph.ancestor_mask[v] == reach(graph.pred_mask, v)
+        assert graph.descendant_mask[v] == reach(graph.succ_mask, v)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_count_downsets_of_a_region(seed):
     graph = random_dag(seed, max_nodes=12)

@@ -8,7 +8,7 @@ plus small functions over it (networkx style); nothing imports a sibling package
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -158,26 +158,12 @@ class OpGraph:
     @cached_property
     def ancestor_mask(self) -> tuple[Group, ...]:
         """Per node, the mask of its strict ancestors (labels are topological)."""
-        anc = [0] * len(self.nodes)
-        pred = self.pred_mask
-        for v in range(len(anc)):
-            a = 0
-            for u in bits(pred[v]):
-                a |= anc[u] | (1 << u)
-            anc[v] = a
-        return tuple(anc)
+        return _transitive(self.pred_mask, range(len(self.nodes)))
 
     @cached_property
     def descendant_mask(self) -> tuple[Group, ...]:
         """Per node, the mask of its strict descendants."""
-        desc = [0] * len(self.nodes)
-        succ = self.succ_mask
-        for v in reversed(range(len(desc))):
-            d = 0
-            for u in bits(succ[v]):
-                d |= desc[u] | (1 << u)
-            desc[v] = d
-        return tuple(desc)
+        return _transitive(self.succ_mask, reversed(range(len(self.nodes))))
 
     @cached_property
     def neighbour_mask(self) -> tuple[Group, ...]:
@@ -348,3 +334,15 @@ def _topological_order(n: int, preds: list[list[int]]) -> list[int] | None:
             if indeg[v] == 0:
                 heapq.heappush(ready, v)
     return order if len(order) == n else None
+
+
+def _transitive(direct: Sequence[Group], order: Iterable[int]) -> tuple[Group, ...]:
+    """Per node, every node reachable over ``direct`` edges, given an ``order`` in which a
+    node comes after all it reaches directly."""
+    reach = [0] * len(direct)
+    for v in order:
+        r = 0
+        for u in bits(direct[v]):
+            r |= reach[u] | (1 << u)
+        reach[v] = r
+    return tuple(reach)
