@@ -36,7 +36,7 @@ EXACT_UNITS = 60 * UNITS_PER_SECOND  # the exact search at effort 1
 LNS_UNITS = 10 * UNITS_PER_SECOND  # LNS on its own at effort 1
 WINDOW_UNITS = UNITS_PER_SECOND  # at most this much on one LNS window
 CERTIFY_UNITS = UNITS_PER_SECOND  # the A* certificate of a heuristic's plan at effort 1
-SCOUT_OP_PLANS = 200_000
+SCOUT_OP_PLANS = 430_000
 """auto's local-search scout proposes ``SCOUT_OP_PLANS / ops`` plans at effort 1 (at most its
 ``ls_budget``): a local-search plan costs work in proportion to the graph's size, and this
 keeps the scout near 1 s on the largest graphs."""
