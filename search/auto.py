@@ -59,7 +59,7 @@ class AutoConfig:
 
     effort: float = 1.0  # work of all stages together, in units of AUTO_UNITS
     time_limit_s: float | None = None  # wall-clock safety cap over all stages; None: none
-    exact_share: float = 0.1  # of the work for the first exact search
+    exact_share: float = 0.2  # of the work for the first exact search
     lns_share: float = 0.6  # of it for LNS; the rest for the second exact search
     ls_budget: int = 2000  # at most this many local-search plans (its own count) seed LNS
     max_downsets: int = DEFAULT_MAX_DOWNSETS  # above this, skip straight to LNS
