@@ -68,7 +68,7 @@ DIR_OPTIONS = {
     ),
     "train gin --out": (
         ["train", "gin", "--scheme", "lbdf", "-q", "--out"],
-        "fusionplan.app.cli.train.train_gin",
+        "explainers.train_gin.train_gin",
     ),
     "bench --out": (["bench", "--quick", "-q", "--out"], "fusionplan.app.cli.bench.run_bench"),
 }
@@ -143,7 +143,7 @@ def test_nested_outputs_are_created(cwd: Path, capsys):
     assert (cwd / "out/m.onnx").stat().st_size > 0
     code, err = fusionplan(capsys, "sweep", "res.onnx", "--buffers", "1KB", *FAST, "-o", "a/b.csv")
     assert (code, err) == (0, [])
-    assert (cwd / "a/b.csv").read_text().startswith("buffer,")
+    assert (cwd / "a/b.csv").read_text().startswith("model,scheme,buffer,")
     assert not list(cwd.rglob(".*.tmp"))
 
 
