@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar, NamedTuple
 
 from accel_model.accelerator import Accelerator
@@ -189,6 +190,25 @@ class CostModel(ABC):
         only when this holds (proofs in ``search/exact.py``); the safe default is False.
         """
         return False
+
+    @cached_property
+    def tensor_hulls(self) -> tuple[tuple[tuple[int, Group, bool], ...], ...]:
+        """Per tensor, ``(consumer, hull, too big)`` for each consumer of a producer that is
+        not free alone: the hull is the producer, the consumer and every op on a path between
+        them, "too big" when :meth:`buffer_floor` proves no valid group holds it. Kept here,
+        once per cost model, because every LNS window's traffic bound reads it."""
+        g, free = self.graph, self.free_alone
+        anc, desc, cons = g.ancestor_mask, g.descendant_mask, g.consumer_mask
+        out = []
+        for ti, t in enumerate(g.tensors):
+            p = t.producer
+            row = []
+            if p >= 0 and not free >> p & 1:
+                for c in bits(cons[ti] & ~free):
+                    hull = (1 << p) | (1 << c) | (desc[p] & anc[c])
+                    row.append((c, hull, self.buffer_floor(hull) >= self.beta))
+            out.append(tuple(row))
+        return tuple(out)
 
     def buffer_floor(self, nodes: Group) -> int:
         """Bytes of buffer every group containing ``nodes`` needs at least (0: unknown).

@@ -33,36 +33,6 @@ def compulsory_traffic(
     return bytes_per_element * (io + sum(counted))
 
 
-def _hulls(cost_model: CostModel) -> tuple[tuple[tuple[int, Group, bool], ...], ...]:
-    """Per tensor, ``(consumer, hull, too big)`` for each consumer of a producer that is not
-    free alone: the hull is the producer, the consumer and every op on a path between them;
-    "too big" when :meth:`CostModel.buffer_floor` proves no valid group holds it. Computed
-    once per cost model (every LNS window's bound reads it)."""
-    cached = _HULLS.get(id(cost_model))
-    if cached is not None and cached[0] is cost_model:
-        return cached[1]
-    g, cm = cost_model.graph, cost_model
-    anc, desc, cons = g.ancestor_mask, g.descendant_mask, g.consumer_mask
-    out = []
-    for ti, t in enumerate(g.tensors):
-        p = t.producer
-        if p < 0 or cm.free_alone >> p & 1:
-            out.append(())
-            continue
-        row = []
-        for c in bits(cons[ti] & ~cm.free_alone):
-            hull = (1 << p) | (1 << c) | (desc[p] & anc[c])
-            row.append((c, hull, cm.buffer_floor(hull) >= cm.beta))
-        out.append(tuple(row))
-    result = tuple(out)
-    _HULLS.clear()  # one cost model at a time: a search uses one
-    _HULLS[id(cost_model)] = (cost_model, result)
-    return result
-
-
-_HULLS: dict[int, tuple[CostModel, tuple[tuple[tuple[int, Group, bool], ...], ...]]] = {}
-
-
 class TrafficBound:
     """A lower bound on the DRAM bytes of running the ops not yet executed.
 
@@ -102,7 +72,7 @@ class TrafficBound:
         b, free_alone = cm.b, cm.free_alone
         self.paying = self.searched & ~free_alone  # searched ops that pay io + weights
         self.weight = [0 if free_alone >> v & 1 else b * w for v, w in enumerate(cm.node_weights)]
-        hulls = _hulls(cm)
+        hulls = cm.tensor_hulls
         outs, cons = g.graph_output_set, g.consumer_mask
         searched, fixed, paying = self.searched, self.fixed, self.paying
         # per used tensor: (bytes, producer bit (0: graph input), producer searched,

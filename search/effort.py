@@ -83,6 +83,21 @@ def units(effort: float, per_effort: int) -> int:
     return max(1, round(effort * per_effort))
 
 
+def check_units(owner: str, name: str, value: object, *, optional: bool = False) -> None:
+    """A one-line ConfigError unless ``value`` is a whole number of units >= 1 (or None
+    with ``optional``: the run's units then follow its effort)."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{owner} {name} must be an integer >= 1, got {value!r}")
+
+
+def run_units(effort: float, work: int | None, per_effort: int) -> int:
+    """A run's units: ``work`` when set (auto sizes its stages so), else ``effort`` x
+    ``per_effort``."""
+    return work if work is not None else units(effort, per_effort)
+
+
 def clock_end(seconds: float | None, start: float | None = None) -> float:
     """The ``time.perf_counter()`` reading past which a capped run stops (inf: no cap)."""
     if seconds is None:

@@ -125,8 +125,9 @@ from search.effort import (
     STOP_WORK,
     check_effort,
     check_time_cap,
+    check_units,
     clock_end,
-    units,
+    run_units,
 )
 from search.problem import FusionProblem
 from search.result import Recorder
@@ -163,13 +164,11 @@ class ExactConfig:
         s = self.dive_share
         if isinstance(s, bool) or not isinstance(s, int | float) or not 0 <= s <= 1:
             raise ConfigError(f"exact option dive_share must be in [0, 1], got {s!r}")
-        w = self.work
-        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
-            raise ConfigError(f"exact option work must be an integer >= 1, got {w!r}")
+        check_units("exact option", "work", self.work, optional=True)
 
     @property
     def total_work(self) -> int:
-        return self.work if self.work is not None else units(self.effort, EXACT_UNITS)
+        return run_units(self.effort, self.work, EXACT_UNITS)
 
 
 # ------------------------------------------------------------------------ tractability
@@ -255,7 +254,7 @@ class ExactSolver:
         self.prune = cm.monotone_over_downsets()  # module docstring: why pruning is exact
         self._h: dict[Group, int] = {}
         self._expanded: dict[Group, list[Transition]] = {}
-        self._visits = 0  # candidate groups visited, plus the states bounded (see work)
+        self._units = 0  # this solver's own units: groups visited, states bounded (work)
         self._bound_work = max(len(g) // 8, 1)  # a state's bound reads every op and tensor
         self._cost_work0 = cm.stats.work  # the cost model's count when this solver began
         self.work_end = math.inf  # stop once ``work`` passes this
@@ -271,18 +270,18 @@ class ExactSolver:
         """Units spent (search/effort.py): one per candidate group visited, the cost
         model's ``work_per_op`` per op of each group costed from scratch, and ops / 8 per
         new state bounded (that is where the time goes)."""
-        return self._visits + self.cm.stats.work - self._cost_work0
+        return self._units + self.cm.stats.work - self._cost_work0
 
     def spend(self) -> bool:
         """Count a visit; True when the run must stop (its units are spent, checked every
-        16 visits, or, every 256, the clock is past the safety cap)."""
-        self._visits += 1
-        if self._visits & 15:
-            return False  # the limits are read every 16 visits (still the same every run)
+        16 units, or, every 256, the clock is past the safety cap)."""
+        self._units += 1
+        if self._units & 15:
+            return False  # the limits are read every 16 units (still the same every run)
         if self.work > self.work_end:
             self.stopped_by = STOP_WORK
             return True
-        if not self._visits & 255 and time.perf_counter() > self.clock_end:
+        if not self._units & 255 and time.perf_counter() > self.clock_end:
             self.stopped_by = STOP_CLOCK
             return True
         return False
@@ -303,7 +302,7 @@ class ExactSolver:
         hit = self._h.get(done)
         if hit is None:
             hit = self._h[done] = self.bound.remaining(done)
-            self._visits += self._bound_work
+            self._units += self._bound_work
         return hit
 
     def absorb(self, done: Group, new: Group) -> Group:

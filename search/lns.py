@@ -36,8 +36,9 @@ from search.effort import (
     WINDOW_UNITS,
     check_effort,
     check_time_cap,
+    check_units,
     clock_end,
-    units,
+    run_units,
 )
 from search.exact import ExactSolver, SolveLimits, count_downsets, solve
 from search.problem import BudgetExhausted, FusionProblem
@@ -58,12 +59,8 @@ class LNSConfig:
     def __post_init__(self) -> None:
         check_effort("lns option", self.effort)
         check_time_cap("lns option", self.time_limit_s)
-        for name in ("window_work", "work"):
-            n = getattr(self, name)
-            if n is None and name == "work":
-                continue
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ConfigError(f"lns option {name} must be an integer >= 1, got {n!r}")
+        check_units("lns option", "window_work", self.window_work)
+        check_units("lns option", "work", self.work, optional=True)
         w = self.states
         if isinstance(w, bool) or not isinstance(w, int) or w < 2:
             raise ConfigError(f"lns option states must be an integer >= 2, got {w!r}")
@@ -73,7 +70,7 @@ class LNSConfig:
 
     @property
     def total_work(self) -> int:
-        return self.work if self.work is not None else units(self.effort, LNS_UNITS)
+        return run_units(self.effort, self.work, LNS_UNITS)
 
 
 @dataclass
