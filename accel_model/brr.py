@@ -13,6 +13,7 @@ op plays which role). Unary and elementwise ops overwrite their input's rows in 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from accel_model.base import CostModel, GroupCost
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_activation
@@ -29,11 +30,13 @@ class BRRTerms:
     ``footprint``, ``row_step`` and ``weights`` are in elements; ``last_height`` is
     H_out(L) in rows; ``parity`` is the channel-slicing parity chosen (0: the first
     channel-mixing ops keep a slice, 1: the second ones; docs/cost-model.md, "BRR").
-    ``resident``, ``h_tile`` and ``tiles`` depend on the buffer: weights are resident
-    (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``b*W + b*footprint < beta`` (strict, like
-    every fit test: at equality they stream); else they are streamed once per tile of
-    ``h_tile`` output rows. A group whose footprint does not fit (invalid) has ``resident``
-    False, ``h_tile`` 0 and ``tiles`` 1 (run layer by layer, weights read once).
+    ``resident``, ``h_tile``, ``tiles`` and ``peak`` depend on the buffer: weights are
+    resident (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``b*W + b*footprint < beta`` (strict,
+    like every fit test: at equality they stream); else they are streamed once per tile of
+    ``h_tile`` output rows. ``peak`` is the elements the priced schedule holds at once: the
+    footprint and weights when resident, the footprint of a whole tile when streamed. A group
+    whose footprint does not fit (invalid) has ``resident`` False, ``h_tile`` 0 and ``tiles``
+    1 (run layer by layer, weights read once).
     """
 
     __slots__ = (
@@ -41,6 +44,7 @@ class BRRTerms:
         "h_tile",
         "last_height",
         "parity",
+        "peak",
         "resident",
         "row_step",
         "tiles",
@@ -51,14 +55,26 @@ class BRRTerms:
         self.footprint, self.row_step = footprint, row_step
         self.last_height, self.weights, self.parity = last_height, weights, parity
         self.tiles, self.resident, self.h_tile = 1, True, last_height
+        self.peak = footprint + weights
 
-    def tile(self, b: int, beta: int) -> BRRTerms:
-        """Set ``resident``, ``h_tile`` and ``tiles`` for a ``beta``-byte buffer."""
+    def tile(self, b: int, beta: int, footprint_at: Callable[[int], int] | None = None) -> BRRTerms:
+        """Set ``resident``, ``h_tile``, ``tiles`` and ``peak`` for a ``beta``-byte buffer.
+
+        ``footprint_at(h)`` is the footprint of a tile of ``h`` output rows, every row it
+        reads included (docs/cost-model.md, "BRR"): the tallest tile that fits is taken.
+        Without it the paper's and Optimus's tile rule applies, which grows a tile by
+        ``row_step`` (the ops' rows only) and so can undercount its input rows.
+        """
         if b * self.footprint >= beta:
             self.resident, self.h_tile = False, 0  # invalid: layer by layer, weights once
+            self.peak = self.footprint
         elif b * (self.weights + self.footprint) >= beta:  # resident iff b*(W + fp) < beta
             self.resident = False
-            self.h_tile = math.floor((beta - b * self.footprint) / (b * self.row_step)) + 1
+            if footprint_at is None:
+                self.h_tile = math.floor((beta - b * self.footprint) / (b * self.row_step)) + 1
+                self.peak = self.footprint
+            else:
+                self.h_tile, self.peak = _tallest_tile(footprint_at, self.last_height, b, beta)
             self.tiles = math.ceil(self.last_height / self.h_tile)
         return self
 
@@ -66,6 +82,20 @@ class BRRTerms:
         """Orders the parities of one group: valid first, then fewer weight reads, then less
         buffer (io does not depend on the parity)."""
         return (b * self.footprint >= beta, self.tiles, self.footprint)
+
+
+def _tallest_tile(footprint_at: Callable[[int], int], height: int, b: int, beta: int):
+    """(h, footprint_at(h)) for the largest ``h <= height`` whose tile fits (``footprint_at``
+    is non-decreasing and fits at 1): a binary search, a handful of footprints per group."""
+    lo, lo_fp, hi = 1, footprint_at(1), height
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        fp = footprint_at(mid)
+        if b * fp < beta:
+            lo, lo_fp = mid, fp
+        else:
+            hi = mid - 1
+    return lo, lo_fp
 
 
 @COST_MODELS.register("brr")
@@ -106,6 +136,12 @@ class BRR(CostModel):
         # Optimus buffers a group's input only for a channel-slicing conv that reads it
         unbuffered = "unbuffered-inputs" in conventions
         self._barrier_reads_whole = not unbuffered
+        # the default BRR prices tiles that hold every row they read; the paper's and
+        # Optimus's conventions keep their tools' tile rule (docs/cost-model.md, "BRR")
+        self._physical = accel.single_layer != "paper" and not conventions
+        # a reader whose windows overlap (K > S) keeps all channels of an external input:
+        # cycling through input-channel slices would drop the other slices' overlap rows
+        self._overlap_whole = tuple(self._physical and k > s + 1e-9 for k, s in self._window)
         # per op: (input tensor, its producer) it may overwrite in place
         self._in_place = tuple(
             tuple((ti, t[ti].producer) for ti in in_place_inputs(graph, v))
@@ -245,9 +281,27 @@ class BRR(CostModel):
         b, beta = self.b, self.beta
         sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
         (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, sliced, nodes)
-        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta)
+        at0 = at1 = None
+        if self._physical:
+            tall: dict[int, tuple[int, int]] = {1: (fp0, fp1)}
+
+            def tile_footprints(h: int) -> tuple[int, int]:
+                hit = tall.get(h)
+                if hit is None:
+                    rows_h, scale_h, _ = self._rows(group, nodes, h)
+                    (f0, _), (f1, _) = self.footprints(group, rows_h, scale_h, sliced, nodes)
+                    hit = tall[h] = (f0, f1)
+                return hit
+
+            def at0(h: int) -> int:
+                return tile_footprints(h)[0]
+
+            def at1(h: int) -> int:
+                return tile_footprints(h)[1]
+
+        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, at0)
         if self._partial:
-            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta)
+            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1)
             if other.dram_key(b, beta) < best.dram_key(b, beta):
                 best = other
         return best
@@ -269,7 +323,7 @@ class BRR(CostModel):
             self._tensor_readers,
         )
         channel_slice, role, window, ext_in = self._slice, self._role, self._window, self._ext_in
-        barrier_whole = self._barrier_reads_whole
+        barrier_whole, overlap_whole = self._barrier_reads_whole, self._overlap_whole
         s0, s1 = sliced
         ceil = math.ceil
         # external tensor -> [rows, row elements under parity 0, under parity 1]
@@ -296,7 +350,7 @@ class BRR(CostModel):
             # a sliced mixing op or a barrier needs all channels of an external input; any
             # other reader takes it a channel slice at a time
             r = role[v]
-            barrier = r == _BARRIER and barrier_whole
+            barrier = (r == _BARRIER and barrier_whole) or overlap_whole[v]
             whole0 = barrier or (r == _MIXING and s0 & bit)
             whole1 = barrier or (r == _MIXING and s1 & bit)
             need = rows[v]
@@ -341,9 +395,7 @@ class BRR(CostModel):
         if not valid:
             # Only unfusable singletons are ever costed invalid in a plan: layer by layer.
             return GroupCost(footprint, dram, False)
-        if tt.resident:
-            return GroupCost(footprint + weights, dram, True)
-        return GroupCost(footprint, dram, True)
+        return GroupCost(b * tt.peak, dram, True)  # what the priced schedule holds at once
 
     def _fractional_weight_reads(self, group: Group, h_tile: int) -> int:
         """Optimus's reported weight traffic of a streamed group: each op's weights once per
