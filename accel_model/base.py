@@ -50,6 +50,9 @@ class CostModel(ABC):
         self.b = accel.bytes_per_element
         self.beta = accel.buffer_bytes
         self.stats = CacheStats()
+        # the default profile prices physical schedules; the paper's and Optimus's conventions
+        # keep their tools' row rules (docs/cost-model.md, "BRR" and "LBDF")
+        self.physical_rows = accel.single_layer != "paper" and not accel.conventions
         self._memo: dict[Group, GroupCost] = {}
         self._layers: dict[int, LayerTiling] = {}  # op -> its loop order alone (epilogues reuse it)
         # weight elements per op; Optimus-like accelerators do not count depthwise weights

@@ -138,7 +138,7 @@ class BRR(CostModel):
         self._barrier_reads_whole = not unbuffered
         # the default BRR prices tiles that hold every row they read; the paper's and
         # Optimus's conventions keep their tools' tile rule (docs/cost-model.md, "BRR")
-        self._physical = accel.single_layer != "paper" and not conventions
+        self._physical = self.physical_rows
         # a reader whose windows overlap (K > S) keeps all channels of an external input:
         # cycling through input-channel slices would drop the other slices' overlap rows
         self._overlap_whole = tuple(self._physical and k > s + 1e-9 for k, s in self._window)

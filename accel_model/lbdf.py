@@ -21,20 +21,27 @@ class LBDF(CostModel):
     def __init__(self, graph, accel) -> None:
         super().__init__(graph, accel)
         t = graph.tensors
-        # Per node: (line-buffer elements, lag, ((producer, skip row elements) per input)).
-        # An input the line buffer already holds whole (attention's K^T, V) needs no skip rows.
+        capped = self.physical_rows
+        # Per node: (line-buffer elements, lag, ((producer, skip row elements, its tensor's height)
+        # per input)). An input the line buffer already holds whole (attention's K^T, V) needs no
+        # skip rows. Under the default profile no buffer holds more rows than its tensor has
+        # (a dilated 3x3 conv on a 33-row map holds 33 rows, not 49); the paper's LBDF does not
+        # cap them (docs/cost-model.md, "LBDF").
         terms = []
         for v, n in enumerate(graph.nodes):
             held = lbdf_input_rows(graph, v)
+            heights = [t[ti].shape[1] for ti in n.inputs]
+            if capped:
+                held = tuple(min(r, max(h, 1)) for r, h in zip(held, heights, strict=True))
             rows = [t[ti].shape[0] * t[ti].shape[2] for ti in n.inputs]
-            whole = [r >= t[ti].shape[1] > 1 for r, ti in zip(held, n.inputs, strict=True)]
+            whole = [r >= h > 1 for r, h in zip(held, heights, strict=True)]
             terms.append(
                 (
                     sum(r * row for r, row in zip(held, rows, strict=True)),
                     lbdf_lag(graph, v),
                     tuple(
-                        (t[ti].producer, 0 if w else row)
-                        for ti, row, w in zip(n.inputs, rows, whole, strict=True)
+                        (t[ti].producer, 0 if w else row, h)
+                        for ti, row, w, h in zip(n.inputs, rows, whole, heights, strict=True)
                     ),
                 )
             )
@@ -55,12 +62,13 @@ class LBDF(CostModel):
         delay: dict[int, int] = {}
         node_terms, node_weights = self._node_terms, self.node_weights
         weights = line = skip = 0
+        capped = self.physical_rows
         for v in bits(group):
             line_v, lag, ins = node_terms[v]
             weights += node_weights[v]
             line += line_v
             ready, count, rows_sum, lagged = 0, 0, 0, 0
-            for p, row in ins:
+            for p, row, _ in ins:
                 if p >= 0 and group >> p & 1:
                     d = delay[p]
                     count += 1
@@ -69,7 +77,14 @@ class LBDF(CostModel):
                     if d > ready:
                         ready = d
             if count > 1:  # sum of (ready - d) * row over the in-group inputs
-                skip += ready * rows_sum - lagged
+                if capped:  # a skip buffer never holds more rows than its tensor has
+                    skip += sum(
+                        min(ready - delay[p], cap) * row
+                        for p, row, cap in ins
+                        if p >= 0 and group >> p & 1
+                    )
+                else:
+                    skip += ready * rows_sum - lagged
             delay[v] = ready + lag
         return weights, line, skip
 
