@@ -107,27 +107,41 @@ class CostModel(ABC):
         return self._evaluate(group)
 
     def _evaluate(self, group: Group) -> GroupCost:
+        return self._priced(group)[0]
+
+    def priced_order(self, group: Group) -> tuple[str, int]:
+        """Which loop order sets ``group``'s cost, and its core op (-1 if none): ``free``,
+        ``scheme`` (the fused schedule), ``layer`` (the op's own loop order) or ``epilogue``
+        (the core op's loop order with the rest applied to its outputs). Schedules
+        (accel_model/schedule.py) are built from it."""
+        _, kind, core = self._priced(group)
+        return kind, core
+
+    def _priced(self, group: Group) -> tuple[GroupCost, str, int]:
         """The scheme's cost, except that one op, or one op with an elementwise epilogue, is
         never charged more than it costs run on its own (docs/cost-model.md, "Single-layer
         cost"): this keeps every cost non-increasing in the buffer."""
         if group & self.free_alone and not group & (group - 1):
-            return GroupCost(0, 0, True)
+            return GroupCost(0, 0, True), "free", -1
         result = self._compute(group)
         if not group or self.accel.single_layer == "paper":
-            return result
+            return result, "scheme", -1
         if group & (group - 1):
             core = self._epilogue_core(group) if result.valid else None
             if core is None:
-                return result
+                return result, "scheme", -1
             # the layer's loop order, its epilogue applied to each output as it is written
             extra = self.io_elements(group) - self.io_elements(1 << core)
             extra += self.weight_elements(group & ~(1 << core))
             alone = (self.layer_tiling(core).dram + extra) * self.b
-            return result._replace(dram=alone) if alone < result.dram else result
-        alone = self.layer_tiling(group.bit_length() - 1).dram * self.b
+            if alone < result.dram:
+                return result._replace(dram=alone), "epilogue", core
+            return result, "scheme", -1
+        v = group.bit_length() - 1
+        alone = self.layer_tiling(v).dram * self.b
         if not result.valid or alone < result.dram:
-            return result._replace(dram=alone)
-        return result
+            return result._replace(dram=alone), "layer", v
+        return result, "scheme", -1
 
     def _epilogue_core(self, group: Group) -> int | None:
         """The op ``group`` is, with an epilogue applied to each output as it is produced: up
