@@ -4,8 +4,9 @@ Every expected number is written out from the cost-model formulas; nothing is de
 the code under test. For a node v with output (C, H, W): h(v) = 1 on last nodes, else
 max over in-group consumers c of min((h(c) - 1) * S_c + K_c, H_out(v)); external inputs get
 rows the same way (capped at their height). footprint = sum C*W*h (+ external input rows),
-row_step = sum C*W*scale. Weights are resident iff b*W + footprint < beta, else
-h_tile = floor((beta - footprint) / row_step) + 1 and tiles = ceil(H_out(L) / h_tile).
+row_step = sum C*W*scale. Weights are resident iff b*W + footprint < beta, else h_tile =
+the largest h whose tile (every op's and external input's rows for h output rows) fits and
+tiles = ceil(H_out(L) / h_tile); a streamed group's F_beta is that tile's footprint.
 """
 
 from __future__ import annotations
@@ -87,39 +88,46 @@ def test_conv_chain_resident_weights() -> None:
     check_tiling(brr(conv_chain, beta=861), (0, 1, 2), True, 8, 1)
 
 
+# A tile of h output rows of the whole chain holds conv2 h rows (64 h), relu and conv1 h + 2
+# rows each (32 (h + 2) each) and x min(h + 4, 8) rows: f(h) = 128 h + 128 + 32 min(h + 4, 8);
+# f(1) = 416, f(2) = 576, f(3) = 736, f(4) = 896.
+
+
 def test_conv_chain_boundary_byte_streams() -> None:
     # beta 860 == W + footprint exactly: weights do not fit beside the rows, so they stream:
-    # h_tile = floor((860 - 416) / 128) + 1 = 4, tiles 2; F_D = 768 + 444 * 2 = 1656
+    # f(3) = 736 < 860 <= f(4): h_tile 3, tiles 3; F_D = 768 + 444 * 3 = 2100
     model = brr(conv_chain, beta=860)
-    assert model.cost(mask_of((0, 1, 2))) == (416, 1656, True)
-    check_tiling(model, (0, 1, 2), False, 4, 2)
+    assert model.cost(mask_of((0, 1, 2))) == (736, 2100, True)
+    check_tiling(model, (0, 1, 2), False, 3, 3)
     # the footprint itself at the boundary byte: 416 is invalid, 417 valid
     assert not brr(conv_chain, beta=416).is_valid(mask_of((0, 1, 2)))
     assert brr(conv_chain, beta=417).is_valid(mask_of((0, 1, 2)))
 
 
 def test_conv_chain_streamed_weights() -> None:
-    # beta 600 < 860: streamed; h_tile = floor((600 - 416) / 128) + 1 = 2,
-    # tiles = ceil(8 / 2) = 4; F_D = 768 + 444 * 4 = 2544; F_beta = footprint 416
-    assert brr(conv_chain, beta=600).cost(mask_of((0, 1, 2))) == (416, 2544, True)
+    # beta 600 < 860: streamed; f(2) = 576 < 600 <= f(3): h_tile 2, tiles = ceil(8 / 2) = 4;
+    # F_D = 768 + 444 * 4 = 2544; F_beta = the tile's footprint 576
+    assert brr(conv_chain, beta=600).cost(mask_of((0, 1, 2))) == (576, 2544, True)
     check_tiling(brr(conv_chain, beta=600), (0, 1, 2), False, 2, 4)
-    # beta 859: h_tile = floor(443 / 128) + 1 = 4, tiles 2: F_D = 768 + 888 = 1656
-    assert brr(conv_chain, beta=859).cost(mask_of((0, 1, 2))) == (416, 1656, True)
-    check_tiling(brr(conv_chain, beta=859), (0, 1, 2), False, 4, 2)
-    # conv1+relu at beta 256 < 148 + 160: h_tile = floor(96 / 64) + 1 = 2, tiles 4
-    assert brr(conv_chain, beta=256).cost(mask_of((0, 1))) == (160, 512 + 148 * 4, True)
+    # beta 859: f(3) = 736 fits, h_tile 3, tiles 3: F_D = 768 + 1332 = 2100
+    assert brr(conv_chain, beta=859).cost(mask_of((0, 1, 2))) == (736, 2100, True)
+    check_tiling(brr(conv_chain, beta=859), (0, 1, 2), False, 3, 3)
+    # conv1+relu at beta 256 < 148 + 160: a tile of h rows holds relu and conv1 32 h each and
+    # x h + 2 rows: f(h) = 96 h + 64; f(2) = 256 is not below 256, so h_tile 1, tiles 8
+    # (the old rule grew a tile by the ops' 64 elements a row only and claimed 4 tiles)
+    assert brr(conv_chain, beta=256).cost(mask_of((0, 1))) == (160, 512 + 148 * 8, True)
     # ... and resident at 512: F_beta 160 + 148 = 308
     assert brr(conv_chain, beta=512).cost(mask_of((0, 1))) == (308, 512 + 148, True)
 
 
 def test_conv_chain_two_bytes_per_element() -> None:
     whole = mask_of((0, 1, 2))
-    # bytes: footprint 2*416 = 832, row_step 2*128 = 256, weights 2*444 = 888
-    # beta 1200 < 1720: h_tile = floor((1200 - 832) / 256) + 1 = 2, tiles 4
+    # bytes: footprint 2*416 = 832, weights 2*444 = 888
+    # beta 1200 < 1720: 2 f(2) = 1152 < 1200 <= 2 f(3): h_tile 2, tiles 4
     model = brr(conv_chain, beta=1200, b=2)
     assert model.terms(whole).footprint == 416  # terms stay in elements
     check_tiling(model, (0, 1, 2), False, 2, 4)
-    assert model.cost(whole) == (832, 2 * 768 + 888 * 4, True)  # F_D 1536 + 3552 = 5088
+    assert model.cost(whole) == (1152, 2 * 768 + 888 * 4, True)  # F_D 1536 + 3552 = 5088
     # beta 2048 >= 1720: resident
     assert brr(conv_chain, beta=2048, b=2).cost(whole) == (1720, 1536 + 888, True)
     assert compulsory_traffic(model.graph, 2) == 2 * (256 + 512 + 444)
@@ -179,15 +187,26 @@ def test_strided_costs() -> None:
     whole = mask_of((0, 1, 2, 3))
     # resident: 4096 >= 916 + 1184 = 2100
     assert brr(strided_chain, beta=4096).cost(whole) == (2100, 1280 + 916, True)
-    # streamed at 1600: h_tile = floor(416 / 288) + 1 = 2, tiles ceil(8 / 2) = 4
-    assert brr(strided_chain, beta=1600).cost(whole) == (1184, 1280 + 916 * 4, True)
-    check_tiling(brr(strided_chain, beta=1600), range(4), False, 2, 4)
-    # b = 2, beta 3000: fp 2368, step 576, W 1832: h_tile = floor(632 / 576) + 1 = 2, tiles 4
-    assert brr(strided_chain, beta=3000, b=2).cost(whole) == (2368, 2560 + 1832 * 4, True)
-    # conv_s+conv_b at 1024 < 880 + 704: h_tile = floor(320 / 128) + 1 = 3,
-    # tiles = ceil(8 / 3) = 3; F_D = 1536 + 880 * 3 = 4176
-    assert brr(strided_chain, beta=1024).cost(mask_of((1, 2))) == (704, 4176, True)
-    check_tiling(brr(strided_chain, beta=1024), (1, 2), False, 3, 3)
+    # A tile of h output rows (h <= 5) holds conv_c h rows (32 h), conv_b h (64 h), conv_s h + 2
+    # (64 (h + 2)), relu0 (h + 2 - 1) * 2 + 3 = 2h + 5 rows (64 (2h + 5)) and x 2h + 5 rows:
+    # f(h) = 96 h + 64 (h + 2) + 128 (2h + 5) = 416 h + 768; f(1) = 1184, f(2) = 1600,
+    # f(3) = 2016. x's rows grow by 2 a row (relu0's scale), so a tile grows by 416, not by the
+    # ops' row_step 288 (the old rule: h_tile = floor(416 / 288) + 1 = 2 at 1600).
+    # streamed at 1600: f(2) = 1600 is not below 1600, so h_tile 1, tiles 8
+    assert brr(strided_chain, beta=1600).cost(whole) == (1184, 1280 + 916 * 8, True)
+    check_tiling(brr(strided_chain, beta=1600), range(4), False, 1, 8)
+    # streamed at 1700: f(2) = 1600 < 1700 <= f(3): h_tile 2, tiles ceil(8 / 2) = 4
+    assert brr(strided_chain, beta=1700).cost(whole) == (1600, 1280 + 916 * 4, True)
+    check_tiling(brr(strided_chain, beta=1700), range(4), False, 2, 4)
+    # b = 2, beta 3300 < 2 * 2100: 2 f(2) = 3200 < 3300 <= 2 f(3) = 4032: h_tile 2, tiles 4;
+    # F_beta 3200, F_D = 2 * 1280 + 2 * 916 * 4 = 2560 + 7328
+    assert brr(strided_chain, beta=3300, b=2).cost(whole) == (3200, 2560 + 1832 * 4, True)
+    # conv_s+conv_b at 1024 < 880 + 704: a tile of h rows holds conv_b h, conv_s h + 2 and
+    # relu0.out 2h + 5 rows, 64 each: f(h) = 64 h + 64 (h + 2) + 64 (2h + 5) = 256 h + 448;
+    # f(2) = 960 < 1024 <= f(3) = 1216: h_tile 2, tiles 4; F_D = 1536 + 880 * 4 = 5056
+    # (the old rule: h_tile = floor(320 / 128) + 1 = 3 with 3 tiles, but a 3-row tile needs 1216)
+    assert brr(strided_chain, beta=1024).cost(mask_of((1, 2))) == (960, 5056, True)
+    check_tiling(brr(strided_chain, beta=1024), (1, 2), False, 2, 4)
 
 
 # -------------------------------------------------------------------------- residual
@@ -212,10 +231,15 @@ def test_residual_costs() -> None:
     whole = mask_of(range(6))
     # resident: 2048 >= 444 + 672 = 1116
     assert brr(residual_block, beta=2048).cost(whole) == (1116, 512 + 444, True)
-    # streamed at 800: h_tile = floor(128 / 192) + 1 = 1, tiles 8: F_D = 512 + 444*8 = 4064
+    # A tile of h output rows holds relu2, add, conv2 h rows each, relu1 and conv1 min(h + 2, 8),
+    # stem min(h + 4, 8) and x min(h + 6, 8), 32 each:
+    # f(h) = 32 (3h + 2 min(h + 2, 8) + min(h + 4, 8) + min(h + 6, 8));
+    # f(1) = 32 * 21 = 672, f(2) = 32 * (6 + 8 + 6 + 8) = 896, f(3) = 32 * (9 + 10 + 7 + 8) = 1088
+    # streamed at 800: f(1) = 672 < 800 <= f(2): h_tile 1, tiles 8: F_D = 512 + 444*8 = 4064
     assert brr(residual_block, beta=800).cost(whole) == (672, 4064, True)
-    # streamed at 1000: h_tile = floor(328 / 192) + 1 = 2, tiles 4: F_D = 512 + 1776 = 2288
-    assert brr(residual_block, beta=1000).cost(whole) == (672, 2288, True)
+    # streamed at 1000: f(2) = 896 < 1000 <= f(3): h_tile 2, tiles 4: F_D = 512 + 1776 = 2288;
+    # F_beta = the tile's 896
+    assert brr(residual_block, beta=1000).cost(whole) == (896, 2288, True)
 
 
 def test_rows_are_capped_at_the_producer_height() -> None:
@@ -223,9 +247,12 @@ def test_rows_are_capped_at_the_producer_height() -> None:
     # stem needs min((3-1)+3 = 5, H 4) = 4 rows; x needs min((4-1)+3 = 6, 4) = 4 rows.
     # footprint 16 * (1+1+1+3+3+4) + 16*4 = 208 + 64 = 272; row_step 6 * 16 = 96
     check_terms(model, range(6), 272, 96, 4, 444, 64 + 64)
-    # beta 400 < 444 + 272: h_tile = floor(128 / 96) + 1 = 2, tiles = ceil(4 / 2) = 2
+    # A tile of h rows: relu2, add, conv2 h each, relu1 and conv1 min(h + 2, 4), stem and x 4
+    # (capped whatever h): f(h) = 16 (3h + 2 min(h + 2, 4) + 8); f(1) = 272, f(2) = 352,
+    # f(3) = 400. beta 400 < 444 + 272: streamed, f(2) = 352 < 400 <= f(3) = 400: h_tile 2,
+    # tiles = ceil(4 / 2) = 2; F_beta = the tile's 352
     assert brr(lambda: residual_block(hw=4), beta=400).cost(mask_of(range(6))) == (
-        272,
+        352,
         128 + 444 * 2,
         True,
     )
@@ -252,9 +279,15 @@ def test_se_costs() -> None:
     whole = mask_of(range(7))
     # resident at 2048 >= 626 + 1116 = 1742
     assert brr(se_block, beta=2048).cost(whole) == (1742, 1024 + 626, True)
-    # streamed at 1200: h_tile = floor(84 / 604) + 1 = 1, tiles 8: F_D = 1024 + 626*8
-    assert brr(se_block, beta=1200).cost(whole) == (1116, 1024 + 5008, True)
-    check_tiling(brr(se_block, beta=1200), range(7), False, 1, 8)
+    # A tile of h output rows holds mul h rows (64 h), sigmoid, fc2, relu, fc1, gap 1 row each
+    # (8 + 8 + 2 + 2 + 8 = 28), conv its whole map (8 rows, 512: gap reads all of it) and x 8
+    # rows (512): f(h) = 64 h + 1052; f(1) = 1116, f(2) = 1180, f(3) = 1244.
+    # streamed at 1200 < 1742: f(2) = 1180 < 1200 <= f(3): h_tile 2, tiles 4:
+    # F_D = 1024 + 626 * 4 = 3528, F_beta 1180 (the old rule grew a tile by row_step 604, which
+    # counts conv's 8 rows again for every output row although they are capped at the map's
+    # height, and claimed h_tile 1 with 8 tiles)
+    assert brr(se_block, beta=1200).cost(whole) == (1180, 1024 + 2504, True)
+    check_tiling(brr(se_block, beta=1200), range(7), False, 2, 4)
     check_tiling(brr(se_block, beta=2048), range(7), True, 8, 1)
     # invalid at 1116 (footprint not below beta)
     assert not brr(se_block, beta=1116).is_valid(whole)
@@ -269,8 +302,12 @@ def test_strided_residual_takes_the_max_over_consumers() -> None:
     # scale: add, conv, pool, conv_s 1; stem max(1 * 2, 1 * 2) = 2:
     # row_step 16*4 + 32*2 = 128. H_out(L) = 4.
     check_terms(brr(strided_residual), range(5), 544, 128, 4, 296, 256 + 64)
-    # beta 700 < 296 + 544: h_tile = floor(156 / 128) + 1 = 2, tiles = ceil(4 / 2) = 2
-    assert brr(strided_residual, beta=700).cost(mask_of(range(5))) == (544, 320 + 592, True)
+    # A tile of h rows: add, conv, pool h each, conv_s min(h + 2, 4) (16 a row); stem
+    # max(conv_s: min(2 min(h + 2, 4) + 1, 8), pool: 2h - 1) rows and x as many (32 a row):
+    # f(h) = 16 (3h + min(h + 2, 4)) + 64 min(2 min(h + 2, 4) + 1, 8);
+    # f(1) = 96 + 448 = 544, f(2) = 160 + 512 = 672 (stem max(8, 3) = 8), f(3) = 208 + 512 = 720.
+    # beta 700 < 296 + 544: f(2) = 672 < 700 <= f(3): h_tile 2, tiles = ceil(4 / 2) = 2
+    assert brr(strided_residual, beta=700).cost(mask_of(range(5))) == (672, 320 + 592, True)
 
 
 # ---------------------------------------------------------------- upsampling rows
@@ -283,8 +320,15 @@ def test_upsampling_rows_and_fractional_scale() -> None:
     # footprint 64 + 64 + 32*2 + 16*3 = 240.
     # scale relu 1, resize 1, deconv 1 * 0.5: row_step 64 + 64 + 32*0.5 = 144
     check_terms(model, range(3), 240, 144, 16, 260, 64 + 1024)
-    # streamed at 400 < 260 + 240: h_tile = floor(160 / 144) + 1 = 2, tiles = ceil(16/2) = 8
-    assert brr(upsample_chain, beta=400).cost(mask_of(range(3))) == (240, 1088 + 260 * 8, True)
+    # A tile of h rows: relu, resize h each (64 h each), deconv d = ceil((h - 1) * 0.5 + 2)
+    # rows (32 d), x min(ceil((d - 1) * 0.5 + 2), 4) rows (16 a row):
+    # h = 1: d 2, x 3: f(1) = 128 + 64 + 48 = 240; h = 2: d = ceil(2.5) = 3, x = ceil(3) = 3:
+    # f(2) = 256 + 96 + 48 = 400; h = 3: d = 3, x 3: f(3) = 384 + 96 + 48 = 528.
+    # streamed at 400 < 260 + 240: f(2) = 400 is not below 400: h_tile 1, tiles 16
+    # (the old rule: floor(160 / 144) + 1 = 2 with 8 tiles, a tile of 400 in a 400 buffer)
+    assert brr(upsample_chain, beta=400).cost(mask_of(range(3))) == (240, 1088 + 260 * 16, True)
+    # streamed at 450: f(2) = 400 < 450 <= f(3) = 528: h_tile 2, tiles = ceil(16 / 2) = 8
+    assert brr(upsample_chain, beta=450).cost(mask_of(range(3))) == (400, 1088 + 260 * 8, True)
     # nearest resize reads 1 row per output row (K 1): deconv h = 0*0.5 + 1 = 1,
     # x ceil(0*0.5 + 2) = 2: footprint 64 + 64 + 32 + 32 = 192; row_step unchanged 144
     check_terms(brr(lambda: upsample_chain("nearest")), range(3), 192, 144, 16, 260, 1088)

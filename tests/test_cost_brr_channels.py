@@ -4,7 +4,9 @@ and "The optimus profile") against hand arithmetic, and their properties on rand
 conv_chain: x (4,8,8) -> 0 conv1 3x3 4->4 (148 w) -> 1 relu -> 2 conv2 3x3 4->8 (296 w), all
 8x8. Rows kept in the whole group: conv2 1, relu 3, conv1 3, x 5 (tests/test_cost_brr.py).
 With ``pe_unroll`` k = 2 a sliced op keeps min(2, C) channels: conv1 and relu 2 of 4, conv2 2
-of 8. A row of C channels is C * 8 elements.
+of 8. A row of C channels is C * 8 elements. A tile of h output rows holds conv2 h rows, relu
+and conv1 min(h + 2, 8) each and x min(h + 4, 8); x is read by conv1 through an overlapping
+window (K 3 > S 1), so it keeps all 4 channels under either parity.
 """
 
 from __future__ import annotations
@@ -49,33 +51,70 @@ def test_channel_slices_both_parities_by_hand():
     # parity 0: conv1 (mixing depth 1) sliced, relu follows it, conv2 (depth 2) whole:
     # conv1 2*8*3 + relu 2*8*3 + conv2 8*8*1 + x (all 4 channels: a sliced conv needs them)
     # 4*8*5 = 48 + 48 + 64 + 160 = 320; row step 16 + 16 + 64 = 96
-    # parity 1: conv1 whole, relu whole, conv2 sliced: 96 + 96 + 2*8*1 + x a 2-channel slice
-    # 2*8*5 = 96 + 96 + 16 + 80 = 288; row step 32 + 32 + 16 = 80
+    # parity 1: conv1 whole, relu whole, conv2 sliced: 96 + 96 + 2*8*1 + x all 4 channels
+    # 4*8*5 (conv1's 3-row windows overlap: a conv1 cycling through 2-channel slices of x
+    # would lose the other slice's shared rows and read them again) = 96 + 96 + 16 + 160 = 368;
+    # row step 32 + 32 + 16 = 80 (the old rule gave x a 2-channel slice here: 80, 288 in all)
     sliced = cm.sliced_ops(WHOLE)
     assert sliced == (mask_of((0, 1)), mask_of((2,)))
     rows, scale, _ = cm._rows(WHOLE, [0, 1, 2])
-    assert cm.footprints(WHOLE, rows, scale, sliced) == ((320, 96), (288, 80))
-    # with room for everything the smaller footprint wins
-    assert footprint(cm) == (288, 80, 1)
+    assert cm.footprints(WHOLE, rows, scale, sliced) == ((320, 96), (368, 80))
+    # with room for everything (one tile each) the smaller footprint wins: parity 0
+    assert footprint(cm) == (320, 96, 0)
     assert len(g) == 3
+    # a reader whose windows do not overlap takes an external input a slice at a time:
+    # {relu, conv2} keeps conv2 1 row, relu 3 rows and conv1.out 3 rows, read by the relu
+    # ((1, 1) window). Parity 0 slices conv2 (depth 1): relu 4*8*3 + conv2 2*8*1 +
+    # conv1.out 2*8*3 = 96 + 16 + 48 = 160, row step 32 + 16 = 48; parity 1 slices nothing
+    # but the relu still reads conv1.out 2 channels at a time: 96 + 64 + 48 = 208, step 96
+    pair = mask_of((1, 2))
+    sliced = cm.sliced_ops(pair)
+    assert sliced == (mask_of((2,)), 0)
+    rows, scale, _ = cm._rows(pair, [1, 2])
+    assert cm.footprints(pair, rows, scale, sliced) == ((160, 48), (208, 96))
 
 
 def test_the_parity_with_fewer_tiles_wins():
-    # beta 600, W 444: parity 0 streams with h = floor((600-320)/96) + 1 = 3, 3 tiles;
-    # parity 1 with h = floor((600-288)/80) + 1 = 4, 2 tiles: DRAM = io 768 + 444 * 2
-    cm = chain(600, pe_unroll=2, in_place=False)
+    # In place on (the relu overwrites conv1's rows and adds nothing), k = 2; for h <= 4:
+    # parity 0: conv1 2*8 (h + 2) + conv2 64 h + x 32 (h + 4): f0(h) = 112 h + 160;
+    # parity 1: conv1 32 (h + 2) + conv2 2*8 h + x 32 (h + 4): f1(h) = 80 h + 192;
+    # for 4 <= h <= 6 x is capped at 8 rows (256) and f1(h) = 32 (h + 2) + 16 h + 256.
+    # Both footprints f(1) = 272: the parities tie on footprint, so only the tile count can
+    # pick parity 1 (a tie keeps parity 0).
+    # beta 600, W 444: 444 + 272 >= 600, both stream. Parity 0: f0(3) = 496 < 600 <=
+    # f0(4) = 608, h 3, 3 tiles; parity 1: f1(5) = 224 + 80 + 256 = 560 < 600 <=
+    # f1(6) = 256 + 96 + 256 = 608, h 5, 2 tiles. Parity 1 wins: F_D = 768 + 2 * 444 = 1656,
+    # F_beta = its tile's 560. (The old rule, in place off, gave parity 1 a 2-channel slice of
+    # x, 288 in all, h = floor((600 - 288) / 80) + 1 = 4 and 2 tiles.)
+    cm = chain(600, pe_unroll=2)
     t = cm.terms(WHOLE)
-    assert (t.parity, t.h_tile, t.tiles) == (1, 4, 2)
-    assert cm.cost(WHOLE) == (288, 768 + 2 * 444, True)
-    # the full-channel BRR at the same buffer: 416 + 444 >= 600, h = floor(184/128) + 1 = 2,
-    # 4 tiles: 768 + 4 * 444
-    full = chain(600, pe_unroll=0, in_place=False)
-    assert full.cost(WHOLE) == (416, 768 + 4 * 444, True)
+    assert (t.parity, t.h_tile, t.tiles) == (1, 5, 2)
+    assert cm.cost(WHOLE) == (560, 768 + 2 * 444, True)
+    # the full-channel BRR (in place) at the same buffer: conv1 32 (h + 2) + conv2 64 h +
+    # x 32 (h + 4) = 128 h + 192 (h <= 4); 444 + 320 >= 600; f(3) = 576 < 600 <= f(4) = 704:
+    # h 3, 3 tiles: 768 + 3 * 444
+    full = chain(600, pe_unroll=0)
+    assert full.cost(WHOLE) == (576, 768 + 3 * 444, True)
+    # in place off the tiles tie and the smaller footprint decides: parity 0
+    # f0(h) = 2*16 (h + 2) + 64 h + 32 (h + 4) = 128 h + 192, f0(3) = 576 < 600 <= f0(4) = 704;
+    # parity 1 f1(h) = 2*32 (h + 2) + 16 h + 32 (h + 4) = 112 h + 256, f1(3) = 592 < 600 <=
+    # f1(4) = 704: h 3 and 3 tiles each; 320 < 368, parity 0: F_D = 768 + 3 * 444
+    off = chain(600, pe_unroll=2, in_place=False)
+    t = off.terms(WHOLE)
+    assert (t.parity, t.h_tile, t.tiles) == (0, 3, 3)
+    assert off.cost(WHOLE) == (576, 768 + 3 * 444, True)
 
 
 def test_slices_and_in_place_together():
-    # parity 1 and relu in place over conv1: 96 + 0 + 16 + 80 = 192; row step 32 + 16 = 48
-    assert footprint(chain(pe_unroll=2)) == (192, 48, 1)
+    # relu in place over conv1 (adds nothing), x all 4 channels (conv1's windows overlap):
+    # parity 0: conv1 2*8*3 + conv2 8*8*1 + x 4*8*5 = 48 + 64 + 160 = 272, row step 16 + 64 = 80;
+    # parity 1: conv1 4*8*3 + conv2 2*8*1 + x 160 = 96 + 16 + 160 = 272, row step 32 + 16 = 48
+    # (the old rule gave parity 1 a 2-channel slice of x: 96 + 16 + 80 = 192)
+    cm = chain(pe_unroll=2)
+    rows, scale, _ = cm._rows(WHOLE, [0, 1, 2])
+    assert cm.footprints(WHOLE, rows, scale, cm.sliced_ops(WHOLE)) == ((272, 80), (272, 48))
+    # one tile each, same footprint: the tie keeps parity 0
+    assert footprint(cm) == (272, 80, 0)
 
 
 def test_optimus_conventions_by_hand():
