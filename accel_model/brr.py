@@ -142,6 +142,7 @@ class BRR(CostModel):
         # a reader whose windows overlap (K > S) keeps all channels of an external input:
         # cycling through input-channel slices would drop the other slices' overlap rows
         self._overlap_whole = tuple(self._physical and k > s + 1e-9 for k, s in self._window)
+        self._overlapping = sum(1 << v for v, whole in enumerate(self._overlap_whole) if whole)
         # per op: (input tensor, its producer) it may overwrite in place
         self._in_place = tuple(
             tuple((ti, t[ti].producer) for ti in in_place_inputs(graph, v))
@@ -280,6 +281,8 @@ class BRR(CostModel):
         weights = sum(node_weights[v] for v in nodes)
         b, beta = self.b, self.beta
         sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
+        if self._physical and self._partial:
+            sliced = self.slice_rereaders(sliced, group)
         (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, sliced, nodes)
         at0 = at1 = None
         if self._physical:
@@ -306,16 +309,32 @@ class BRR(CostModel):
                 best = other
         return best
 
+    def slice_rereaders(self, sliced: tuple[Group, Group], group: Group) -> tuple[Group, ...]:
+        """``sliced`` plus, per parity, the sliced ops that recompute rows they already made:
+        those with an in-group descendant whose windows overlap (K > S), so that they keep
+        more rows than a step advances. Such an op re-reads its external inputs' overlap rows
+        for every channel slice, so those inputs stay with all their channels
+        (docs/cost-model.md, "Channel slices"). Descendants only grow with the group, so a
+        footprint stays monotone over down-sets."""
+        s0, s1 = sliced
+        desc, overlapping = self.graph.descendant_mask, self._overlapping & group
+        again = 0
+        for v in bits((s0 | s1) & group):
+            if desc[v] & overlapping:
+                again |= 1 << v
+        return s0, s1, s0 & again, s1 & again
+
     def footprints(
         self,
         group: Group,
         rows: dict[int, int],
         scale: dict[int, float],
-        sliced: tuple[Group, Group],
+        sliced: tuple[Group, ...],
         nodes: list[int] | None = None,
     ) -> tuple[tuple[int, float], tuple[int, float]]:
         """(footprint, row step) in elements of ``group`` under each of its two slicings
-        ``sliced`` (:meth:`sliced_ops`), in one pass."""
+        ``sliced`` (:meth:`sliced_ops`, optionally extended by :meth:`slice_rereaders`), in
+        one pass."""
         out_hw, stored, in_place, readers = (
             self._out_shape,
             self._stored,
@@ -324,7 +343,8 @@ class BRR(CostModel):
         )
         channel_slice, role, window, ext_in = self._slice, self._role, self._window, self._ext_in
         barrier_whole, overlap_whole = self._barrier_reads_whole, self._overlap_whole
-        s0, s1 = sliced
+        s0, s1 = sliced[0], sliced[1]
+        again0, again1 = (sliced[2], sliced[3]) if len(sliced) > 2 else (0, 0)
         ceil = math.ceil
         # external tensor -> [rows, row elements under parity 0, under parity 1]
         ext_rows: dict[int, list[int]] = {}
@@ -351,8 +371,8 @@ class BRR(CostModel):
             # other reader takes it a channel slice at a time
             r = role[v]
             barrier = (r == _BARRIER and barrier_whole) or overlap_whole[v]
-            whole0 = barrier or (r == _MIXING and s0 & bit)
-            whole1 = barrier or (r == _MIXING and s1 & bit)
+            whole0 = barrier or (r == _MIXING and s0 & bit) or again0 & bit
+            whole1 = barrier or (r == _MIXING and s1 & bit) or again1 & bit
             need = rows[v]
             k, s = window[v]
             for ti, producer, cw, h_in, slice_cw in ext_in[v]:

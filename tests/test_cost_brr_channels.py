@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from accel_model import Accelerator, make_cost_model
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import mask_of
-from tests.onnx_builders import conv_chain, residual_block, to_graph
+from tests.onnx_builders import Net, conv_chain, residual_block, to_graph
 from tests.random_dags import random_dag
 
 WHOLE = mask_of((0, 1, 2))
@@ -193,3 +193,34 @@ def test_an_activation_runs_as_its_layers_epilogue():
     assert paper._epilogue_core(pair) is None
     # a group of two layers is not a layer with an epilogue
     assert chain(1 << 20)._epilogue_core(WHOLE) is None
+
+
+def _add_between_convs():
+    """x (4,8,8) -> 0 conv1 3x3 4->4 -> 1 add(conv1, e) -> 2 conv2 3x3 4->8; e (4,8,8) is a
+    second graph input."""
+    net = Net(5)
+    t = net.conv("x", "conv1", 4, 4)
+    t = net.op("Add", [t, "e"], "add.out", "add")
+    net.conv(t, "conv2", 4, 8)
+    inputs = [("x", [1, 4, 8, 8]), ("e", [1, 4, 8, 8])]
+    return to_graph(net.model(inputs, [("conv2.out", [1, 8, 8, 8])], "add_between_convs"))
+
+
+def test_a_sliced_op_that_recomputes_rows_keeps_its_external_input_whole():
+    # k = 2, in place off. Parity 0 slices conv1 (depth 1) and add (follows it); conv2 reads
+    # add through a 3x3 window, so each step add recomputes 3 rows per channel slice from e:
+    # e must keep all 4 channels (a 2-channel slice would lose the other slice's overlap
+    # rows and re-read 22 of e's rows instead of 8).
+    # Rows: conv2 1, add 3, conv1 3, x 5 (conv1's overlapping window: all channels), e 3.
+    # Parity 0: conv1 2*8*3 + add 2*8*3 + conv2 8*8*1 + x 4*8*5 + e 4*8*3 = 48 + 48 + 64 +
+    # 160 + 96 = 416 (a slice of e would have given 368).
+    # Parity 1 (conv2 sliced): conv1 and add 4*8*3 each, conv2 2*8, x 160, e read by add
+    # (not sliced) as a 2-channel slice: 96 + 96 + 16 + 160 + 2*8*3 = 416.
+    graph = _add_between_convs()
+    group = mask_of((0, 1, 2))
+    settings = {"pe_unroll": 2, "in_place": False}
+    at_400 = make_cost_model(graph, Accelerator(400, "brr", 1, **settings))
+    assert at_400.terms(group).footprint == 416 and not at_400.is_valid(group)
+    # resident with W = 148 + 296 = 444: F_beta 416 + 444 = 860, F_D = io 1024 + 444
+    big = make_cost_model(graph, Accelerator(1 << 20, "brr", 1, **settings))
+    assert big.cost(group) == (860, 1468, True)
