@@ -190,6 +190,9 @@ def test_vit_block_matches_the_hand_estimate() -> None:
     terms = brr.terms(mask_of(mlp))
     assert (terms.footprint, terms.row_step, terms.weights) == (25_344, 24_576, 4_723_971)
     assert (terms.resident, terms.h_tile, terms.tiles) == (False, 10, 20)
+    # at 1 MB a tile of h tokens holds 25,344 h elements: 41 tokens, ceil(197 / 41) = 5 tiles
+    at_1mb = BRR(graph, Accelerator.of("1MB", "brr", pe_unroll=0, in_place=False))
+    assert (at_1mb.terms(mask_of(mlp)).h_tile, at_1mb.terms(mask_of(mlp)).tiles) == (41, 5)
     assert brr.terms(mask_of(core)).footprint == 1_386_072
     assert brr.terms(mask_of(attention)).footprint == 4_112_472
     # Q and the probabilities one row each, K^T and V whole (197 rows of 768)
