@@ -65,7 +65,9 @@ class Compute(NamedTuple):
     ``in_channels`` None: a complete computation (every input channel the op needs is read
     now). A range: a partial pass over those channels of the inputs it reduces over; the
     output stays a partial sum until passes over every input channel have run.
-    ``cols`` None: the whole width.
+    ``cols`` None: the whole width. ``in_rows`` a range: a partial pass over those rows of
+    its inputs only (a reduction over the row axis streaming its input row by row, LBDF);
+    the output is complete once every input row has been consumed.
     """
 
     op: int
@@ -73,6 +75,7 @@ class Compute(NamedTuple):
     channels: Range
     in_channels: Range | None = None
     cols: Range | None = None
+    in_rows: Range | None = None
 
 
 class Transfer(NamedTuple):
