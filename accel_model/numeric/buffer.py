@@ -1,0 +1,172 @@
+"""The on-chip buffer of a numeric replay: one slot array per schedule region.
+
+A tensor region (:class:`accel_model.schedule.Region`) of ``rows x channels x width`` slots
+is a ring in each axis: element ``(c, r, w)`` of a tensor it holds lives in slot
+``(c mod channels, r mod rows, w mod width)``, so a new row or channel slice overwrites the
+one the region held ``rows`` (``channels``) earlier, and an in-place op's rows overwrite its
+producer's. Each slot remembers which element it holds and whether that value is final or
+still partial (a sum over input slices, or an input being assembled slice by slice), so a
+read of anything else finds nothing (docs/cost-model.md, "Schedules and replay").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from accel_model.replay import ReplayError
+from accel_model.schedule import Range, Region
+
+Block = tuple[Range, Range, Range]
+"""Channels, rows, columns of a tensor: half-open ranges in its ``(C, H, W)`` layout."""
+
+
+def block_size(block: Block) -> int:
+    (c0, c1), (r0, r1), (w0, w1) = block
+    return max(c1 - c0, 0) * max(r1 - r0, 0) * max(w1 - w0, 0)
+
+
+def block_index(block: Block) -> tuple[slice, slice, slice]:
+    """The numpy index of ``block`` in a whole ``(C, H, W)`` array."""
+    return tuple(slice(lo, hi) for lo, hi in block)  # type: ignore[return-value]
+
+
+@dataclass
+class RegionSlots:
+    """The slots of one tensor region (module docstring). ``tensor``, ``chan``, ``row`` and
+    ``col`` tag each slot with the element it holds (tensor -1: empty); ``partial`` marks a
+    value that is not final, and ``consumed`` the input lanes (channels or rows) a partial
+    sum has taken in so far."""
+
+    region: Region
+    value: np.ndarray = field(init=False)
+    tensor: np.ndarray = field(init=False)
+    chan: np.ndarray = field(init=False)
+    row: np.ndarray = field(init=False)
+    col: np.ndarray = field(init=False)
+    partial: np.ndarray = field(init=False)
+    consumed: np.ndarray | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        r = self.region
+        dims = (r.channels, r.rows, r.width)
+        if min(dims) < 0 or r.elements != r.channels * r.rows * r.width:
+            raise ReplayError(
+                f"the region of tensor {r.key} has {r.elements} elements for "
+                f"{r.channels} channels x {r.rows} rows x {r.width} columns"
+            )
+        self.value = np.zeros(dims)
+        self.tensor = np.full(dims, -1, np.int64)
+        self.chan = np.full(dims, -1, np.int64)
+        self.row = np.full(dims, -1, np.int64)
+        self.col = np.full(dims, -1, np.int64)
+        self.partial = np.zeros(dims, bool)
+
+    @property
+    def holds(self) -> tuple[int, ...]:
+        """The tensors this region holds: its key and the tensors written in place over it."""
+        return (self.region.key, *self.region.aliases)
+
+    def _slots(self, block: Block, *, check: bool = True):
+        """Slot indices of every element of ``block`` and the element coordinates (open
+        meshes); refuses a block larger than the region in any axis."""
+        (c0, c1), (r0, r1), (w0, w1) = block
+        shape = self.value.shape
+        if check and (c1 - c0 > shape[0] or r1 - r0 > shape[1] or w1 - w0 > shape[2]):
+            raise ReplayError(
+                f"a block of {c1 - c0} channels x {r1 - r0} rows x {w1 - w0} columns does not "
+                f"fit its region ({shape[0]} x {shape[1]} x {shape[2]})"
+            )
+        cs, rs, ws = np.arange(c0, c1), np.arange(r0, r1), np.arange(w0, w1)
+        if 0 in shape:
+            return None, np.ix_(cs, rs, ws)
+        return np.ix_(cs % shape[0], rs % shape[1], ws % shape[2]), np.ix_(cs, rs, ws)
+
+    def _tag(self, slots, coords, tensor: int) -> None:
+        cs, rs, ws = coords
+        self.tensor[slots] = tensor
+        self.chan[slots] = cs
+        self.row[slots] = rs
+        self.col[slots] = ws
+
+    def _holding(self, slots, coords, tensor: int) -> np.ndarray:
+        cs, rs, ws = coords
+        return (
+            (self.tensor[slots] == tensor)
+            & (self.chan[slots] == cs)
+            & (self.row[slots] == rs)
+            & (self.col[slots] == ws)
+        )
+
+    def store(self, tensor: int, block: Block, values: np.ndarray, *, partial=False) -> None:
+        """Write ``values`` into ``block`` of ``tensor``: final, or ``partial``."""
+        slots, coords = self._slots(block)
+        self.value[slots] = values
+        self._tag(slots, coords, tensor)
+        self.partial[slots] = partial
+
+    def accumulate(
+        self,
+        tensor: int,
+        block: Block,
+        values: np.ndarray,
+        passed: np.ndarray,
+        needed: np.ndarray,
+        combine: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Fold one pass's partial results ``values`` into ``block``: ``passed`` (bool per
+        input lane) is what the pass consumed, ``needed`` (block channels x lanes) what
+        each output channel reduces over. A slot not holding a partial value of that
+        element starts afresh. Returns the running values and the mask of elements that
+        have consumed every lane they need; they stay partial until :meth:`store`."""
+        slots, coords = self._slots(block)
+        lanes = passed.size
+        if self.consumed is None or self.consumed.shape[-1] != lanes:
+            if self.consumed is not None and self.partial.any():
+                raise ReplayError("a region holds partial sums over two kinds of input lanes")
+            self.consumed = np.zeros((*self.value.shape, lanes), bool)
+        fresh = ~(self._holding(slots, coords, tensor) & self.partial[slots])
+        consumed = np.where(fresh[..., None], False, self.consumed[slots])
+        twice = consumed & passed
+        if twice.any():
+            c, r, w, i = (int(a[0]) for a in np.nonzero(twice))
+            raise ReplayError(
+                f"element (channel {coords[0].flat[c]}, row {coords[1].flat[r]}, column "
+                f"{coords[2].flat[w]}) consumes input lane {i} a second time"
+            )
+        total = np.where(fresh, values, combine(self.value[slots], values))
+        consumed = consumed | passed
+        done = (consumed | ~needed[:, None, None, :]).all(axis=-1)
+        self.value[slots] = total
+        self.consumed[slots] = consumed
+        self.partial[slots] = True
+        self._tag(slots, coords, tensor)
+        return total, done
+
+    def finish(self, block: Block, done: np.ndarray, values: np.ndarray) -> None:
+        """Make the elements of ``block`` marked ``done`` final, with ``values``."""
+        slots, _ = self._slots(block)
+        self.value[slots] = np.where(done, values, self.value[slots])
+        self.partial[slots] = self.partial[slots] & ~done
+
+    def resident(self, tensor: int, block: Block, *, partial: bool = False) -> np.ndarray:
+        """Mask over ``block``: the elements of ``tensor`` held here, final (or partial)."""
+        slots, coords = self._slots(block, check=False)
+        if slots is None:
+            return np.zeros(tuple(hi - lo for lo, hi in block), bool)
+        state = self.partial[slots] if partial else ~self.partial[slots]
+        return self._holding(slots, coords, tensor) & state
+
+    def read(self, block: Block) -> np.ndarray:
+        """The values in the slots of ``block`` (whatever they hold: check first)."""
+        slots, _ = self._slots(block)
+        return self.value[slots].copy()
+
+    def fill(self, tensor: int, out: np.ndarray) -> None:
+        """Copy every final element of ``tensor`` held here into ``out`` (its whole
+        ``(C, H, W)`` array)."""
+        mask = (self.tensor == tensor) & ~self.partial
+        if mask.any():
+            out[self.chan[mask], self.row[mask], self.col[mask]] = self.value[mask]

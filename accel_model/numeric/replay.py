@@ -1,0 +1,546 @@
+"""Numeric replay: a group's :class:`~accel_model.schedule.Schedule` executed on real
+values, each compute reading only what the schedule put in the buffer.
+
+DRAM holds whole tensors (the graph inputs, then what earlier groups wrote); the buffer
+holds, per region, only the elements the schedule's transfers read in and its computes wrote
+(:mod:`accel_model.numeric.buffer`). A compute evaluates its op by the op's ONNX definition
+on inputs that are NaN wherever the buffer does not hold a final value, so a NaN in the block
+it produces proves it needed an element the schedule never loaded, or had overwritten; a
+transfer copies exactly its block. Running a plan's groups in order and comparing the graph
+outputs with an independent evaluation is the numeric proof that the schedules compute the
+graph with the traffic they claim (docs/cost-model.md, "Schedules and replay").
+
+Partial passes (``Compute.in_channels`` or ``in_rows``) consume a slice of their inputs'
+channels or rows. An op that is a sum over those lanes (a conv, a linear layer, an average,
+a data move) adds the pass's share, its value at zero input (a bias) added once complete; a
+max or min folds the pass's extreme; any other op with one input of its output's shape (a
+layer norm or softmax across channels) assembles its input in its output's slots and runs
+once the last slice is in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from accel_model.base import CostModel
+from accel_model.numeric.buffer import Block, RegionSlots, block_index, block_size
+from accel_model.numeric.network import Chw, NumericGraph
+from accel_model.replay import ReplayError
+from accel_model.schedule import (
+    Action,
+    Compute,
+    Schedule,
+    Step,
+    TrafficKey,
+    Transfer,
+    build_schedule,
+)
+from fusionplan.ir.graph import Group, bits
+
+
+class Fold(NamedTuple):
+    """How partial passes of an op combine: ``combine`` two partial results; ``fill`` the
+    lanes a pass does not consume; ``offset``: the op's value at zero input is added once
+    (an affine op: the passes' shares leave its constant part out)."""
+
+    combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    fill: float
+    offset: bool
+
+
+SUM = Fold(np.add, 0.0, True)
+FOLDS: dict[str, Fold] = {
+    **dict.fromkeys(
+        (
+            "Conv",
+            "Gemm",
+            "MatMul",
+            "GlobalAveragePool",
+            "AveragePool",
+            "ReduceMean",
+            "ReduceSum",
+            "Transpose",
+            "Gather",
+            "Slice",
+            "Split",
+            "Concat",
+            "Pad",
+            "Add",
+            "Sub",
+            "Sum",
+        ),
+        SUM,
+    ),
+    **dict.fromkeys(("GlobalMaxPool", "MaxPool", "ReduceMax"), Fold(np.maximum, -np.inf, False)),
+    "ReduceMin": Fold(np.minimum, np.inf, False),
+}
+"""Ops whose partial passes fold lanes: sums (linear or affine in their inputs) and extremes.
+A MatMul of two activations is bilinear: its partial passes are not folded."""
+
+
+@dataclass
+class Dram:
+    """Whole tensors in DRAM, with which elements have been written so far."""
+
+    values: dict[int, Chw] = field(default_factory=dict)
+    written: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @staticmethod
+    def with_inputs(inputs: Mapping[int, Chw]) -> Dram:
+        dram = Dram()
+        for t, value in inputs.items():
+            dram.values[t] = np.array(value, np.float64)
+            dram.written[t] = np.ones(value.shape, bool)
+        return dram
+
+    def complete(self, tensor: int) -> bool:
+        return tensor in self.written and bool(self.written[tensor].all())
+
+    def store(self, tensor: int, block: Block, values: np.ndarray, shape) -> None:
+        index = block_index(block)
+        self.values.setdefault(tensor, np.zeros(shape))[index] = values
+        self.written.setdefault(tensor, np.zeros(shape, bool))[index] = True
+
+
+@dataclass(frozen=True)
+class GroupReplay:
+    """What a group's replay did: the elements it moved per tensor and per op's weights
+    (counted from the blocks it copied), its steps, computes and transfers."""
+
+    schedule: Schedule
+    traffic: dict[TrafficKey, int]
+    steps: int
+    computes: int
+    transfers: int
+
+
+class _Run:
+    """One schedule's execution against ``dram`` (see :func:`replay_schedule`)."""
+
+    def __init__(
+        self, numeric: NumericGraph, cost_model: CostModel, schedule: Schedule, dram: Dram
+    ) -> None:
+        self.net, self.cm, self.schedule, self.dram = numeric, cost_model, schedule, dram
+        self.graph = numeric.graph
+        self.regions: list[RegionSlots] = []
+        self.weight_room: dict[int, int] = {}
+        for r in schedule.regions:
+            if r.kind == "weights":
+                self.weight_room[r.key] = self.weight_room.get(r.key, 0) + r.elements
+            else:
+                self.regions.append(RegionSlots(r))
+        self.resident_weights: dict[int, np.ndarray] = {}
+        self.streamed_weights: dict[int, np.ndarray] = {}
+        self.loaded_weights: dict[int, int] = {}
+        self.unbuffered: dict[int, Chw] = {}  # this step's outputs of tensors with no region
+        self.traffic: dict[TrafficKey, int] = {}
+        self.offsets: dict[int, list[Chw]] = {}
+        self.where = ""
+
+    # -- helpers ------------------------------------------------------------------------
+    def fail(self, message: str) -> ReplayError:
+        names = [self.graph.nodes[v].name for v in bits(self.schedule.group)]
+        head = f"{self.schedule.order} schedule of group [{', '.join(names)}]"
+        return ReplayError(f"{head}, {self.where}: {message}")
+
+    def name(self, tensor: int) -> str:
+        return self.graph.tensors[tensor].name
+
+    def holders(self, tensor: int) -> list[RegionSlots]:
+        return [r for r in self.regions if tensor in r.holds]
+
+    def block(self, tensor: int, rows, channels, cols) -> Block:
+        c, h, w = self.graph.tensors[tensor].shape
+        block = (tuple(channels), tuple(rows), (0, w) if cols is None else tuple(cols))
+        for (lo, hi), size, axis in zip(
+            block, (c, h, w), ("channels", "rows", "columns"), strict=True
+        ):
+            if not 0 <= lo <= hi <= size:
+                raise self.fail(f"{axis} {lo}..{hi} of '{self.name(tensor)}' are outside 0..{size}")
+        return block  # type: ignore[return-value]
+
+    def resident(self, tensor: int) -> Chw:
+        """``tensor``'s whole array: its final values in the buffer, NaN elsewhere."""
+        out = np.full(self.graph.tensors[tensor].shape, np.nan)
+        for region in self.holders(tensor):
+            region.fill(tensor, out)
+        return out
+
+    def guarded(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ReplayError as exc:
+            raise self.fail(str(exc)) from None
+
+    # -- the run ------------------------------------------------------------------------
+    def run(self) -> GroupReplay:
+        computes = transfers = 0
+        for index, step in enumerate(self.schedule.steps):
+            self.streamed_weights, self.unbuffered = {}, {}
+            for action in step.actions:
+                self.where = _where(self.graph, index, step, action)
+                if isinstance(action, Compute):
+                    self.compute(action)
+                    computes += 1
+                else:
+                    self.transfer(action)
+                    transfers += 1
+        self.where = "at its end"
+        self.check_outputs()
+        if dict(self.schedule.dram) != self.traffic:
+            raise self.fail(f"claims traffic {dict(self.schedule.dram)} but moves {self.traffic}")
+        return GroupReplay(
+            self.schedule, self.traffic, len(self.schedule.steps), computes, transfers
+        )
+
+    def transfer(self, t: Transfer) -> None:
+        self.traffic[t.key] = self.traffic.get(t.key, 0) + t.elements
+        if t.is_weights:
+            self.load_weights(t)
+            return
+        block = self.block(t.tensor, t.rows, t.channels, t.cols)
+        if t.elements != block_size(block):
+            raise self.fail(f"counts {t.elements} elements for a block of {block_size(block)}")
+        index, name = block_index(block), self.name(t.tensor)
+        if t.direction == "read":
+            written = self.dram.written.get(t.tensor)
+            if written is None or not written[index].all():
+                raise self.fail(f"reads '{name}' from DRAM before anything wrote it there")
+            holders = self.holders(t.tensor)
+            if not holders:
+                raise self.fail(f"reads '{name}' into the buffer, which has no region for it")
+            for region in holders:
+                self.guarded(region.store, t.tensor, block, self.dram.values[t.tensor][index])
+            return
+        value = self.resident(t.tensor)
+        if t.tensor in self.unbuffered:
+            value = np.where(np.isnan(value), self.unbuffered[t.tensor], value)
+        value = value[index]
+        if np.isnan(value).any():
+            c, r, w = (
+                int(a[0]) + lo
+                for a, (lo, _) in zip(np.nonzero(np.isnan(value)), block, strict=True)
+            )
+            raise self.fail(
+                f"writes '{name}' channel {c} row {r} column {w}, which the buffer does not hold "
+                "as a final value"
+            )
+        self.dram.store(t.tensor, block, value, self.graph.tensors[t.tensor].shape)
+
+    def load_weights(self, t: Transfer) -> None:
+        v, (c0, c1) = t.op, t.channels
+        node, c_out = self.graph.nodes[v], self.graph.out_shape(v)[0]
+        if not 0 <= c0 < c1 <= c_out:
+            raise self.fail(f"reads weights of channels {c0}..{c1} of a {c_out}-channel op")
+        full = self.cm.node_weights[v]
+        whole = (c0, c1) == (0, c_out)
+        expected = full if whole or not full else self.net.weight_elements(v, (c0, c1))
+        if t.elements != expected:
+            raise self.fail(
+                f"counts {t.elements} weight elements for channels {c0}..{c1} of "
+                f"'{node.name}', which needs {expected}"
+            )
+        if v in self.weight_room:
+            self.loaded_weights[v] = self.loaded_weights.get(v, 0) + t.elements
+            if self.loaded_weights[v] > self.weight_room[v]:
+                raise self.fail(
+                    f"loads {self.loaded_weights[v]} weight elements of '{node.name}' into a "
+                    f"region of {self.weight_room[v]}"
+                )
+            have = self.resident_weights.setdefault(v, np.zeros(c_out, bool))
+        else:
+            have = self.streamed_weights.setdefault(v, np.zeros(c_out, bool))
+        have[c0:c1] = True
+
+    def has_weights(self, v: int, channels) -> bool:
+        if not self.cm.node_weights[v]:
+            return True
+        c0, c1 = channels
+        for have in (self.resident_weights.get(v), self.streamed_weights.get(v)):
+            if have is not None and have[c0:c1].all():
+                return True
+        return False
+
+    # -- computes -----------------------------------------------------------------------
+    def compute(self, c: Compute) -> None:
+        v, node = c.op, self.graph.nodes[c.op]
+        if not self.schedule.group >> v & 1:
+            raise self.fail(f"computes '{node.name}', which is not in the group")
+        if not self.has_weights(v, c.channels):
+            raise self.fail(f"computes '{node.name}' without the weights of its channels")
+        if c.in_channels is not None and c.in_rows is not None:
+            raise self.fail("a pass over a slice of input channels and of input rows at once")
+        inputs = {t: self.resident(t) for t in node.inputs}
+        if c.in_channels is None and c.in_rows is None:
+            outs = self.net.evaluate(v, inputs)
+            for t, block in self.out_blocks(c):
+                got = outs[node.outputs.index(t)][block_index(block)]
+                if np.isnan(got).any():
+                    raise self.fail(self.diagnose(v, inputs, t, block))
+                self.put(t, block, got)
+            return
+        fold = FOLDS.get(node.op_type)
+        if fold is None or (node.op_type == "MatMul" and len(node.inputs) > 1):
+            self.assemble(c, inputs)
+            return
+        passed = self.mask_lanes(c, inputs, fold.fill)
+        outs = self.net.evaluate(v, inputs)
+        if fold.offset:
+            outs = [o - z for o, z in zip(outs, self.offset(v), strict=True)]
+        for t, block in self.out_blocks(c):
+            k = node.outputs.index(t)
+            got = outs[k][block_index(block)]
+            if np.isnan(got).any():
+                raise self.fail(self.diagnose(v, inputs, t, block))
+            needed = self.needed_lanes(c, block, passed.size)
+            holders = self.holders(t)
+            if not holders:
+                raise self.fail(f"accumulates '{self.name(t)}', which has no region")
+            for region in holders:
+                total, done = self.guarded(
+                    region.accumulate, t, block, got, passed, needed, fold.combine
+                )
+                if fold.offset:
+                    total = total + self.offset(v)[k][block_index(block)]
+                region.finish(block, done, total)
+
+    def out_blocks(self, c: Compute) -> list[tuple[int, Block]]:
+        """The output tensors a compute defines and its block of each (a multi-output op's
+        channels run over its outputs in order)."""
+        out, start = [], 0
+        for t in self.graph.nodes[c.op].outputs:
+            size = self.graph.tensors[t].shape[0]
+            lo, hi = max(c.channels[0] - start, 0), min(c.channels[1] - start, size)
+            start += size
+            if lo < hi:
+                out.append((t, self.block(t, c.rows, (lo, hi), c.cols)))
+        return out
+
+    def put(self, tensor: int, block: Block, values: np.ndarray) -> None:
+        """Store a computed block in its regions; a tensor with none (a sink written to
+        DRAM as it is produced) keeps it until the end of the step, for its write only."""
+        holders = self.holders(tensor)
+        if not holders:
+            shape = self.graph.tensors[tensor].shape
+            self.unbuffered.setdefault(tensor, np.full(shape, np.nan))[block_index(block)] = values
+            return
+        for region in holders:
+            self.guarded(region.store, tensor, block, values)
+
+    def mask_lanes(self, c: Compute, inputs: dict[int, Chw], fill: float) -> np.ndarray:
+        """Set every input lane (channel or row) outside the pass's slice to ``fill`` and
+        return the slice as a mask over the lanes."""
+        node = self.graph.nodes[c.op]
+        axis, (lo, hi) = (0, c.in_channels) if c.in_channels is not None else (1, c.in_rows)
+        sizes = {self.graph.tensors[t].shape[axis] for t in node.inputs}
+        if len(sizes) != 1:
+            raise self.fail(f"a partial pass of '{node.name}' over inputs of unequal lanes")
+        lanes = sizes.pop()
+        if not 0 <= lo < hi <= lanes:
+            raise self.fail(f"a partial pass over lanes {lo}..{hi} of {lanes}")
+        passed = np.zeros(lanes, bool)
+        passed[lo:hi] = True
+        for array in inputs.values():
+            np.moveaxis(array, axis, 0)[~passed] = fill
+        return passed
+
+    def needed_lanes(self, c: Compute, block: Block, lanes: int) -> np.ndarray:
+        """Per output channel of ``block``, the input lanes it reduces over: a grouped
+        conv's input channels are its group's, every other pass needs all lanes."""
+        node = self.graph.nodes[c.op]
+        channels = np.arange(*block[0])
+        if c.in_channels is None or node.kind != "conv" or node.groups == 1:
+            return np.ones((channels.size, lanes), bool)
+        per_in, per_out = lanes // node.groups, self.graph.out_shape(c.op)[0] // node.groups
+        first = channels // per_out * per_in
+        lane = np.arange(lanes)
+        return (lane >= first[:, None]) & (lane < first[:, None] + per_in)
+
+    def offset(self, v: int) -> list[Chw]:
+        """Op ``v``'s outputs at zero input (its bias): what partial sums leave out."""
+        if v not in self.offsets:
+            zeros = {t: np.zeros(self.graph.tensors[t].shape) for t in self.graph.nodes[v].inputs}
+            self.offsets[v] = self.net.evaluate(v, zeros)
+        return self.offsets[v]
+
+    def assemble(self, c: Compute, inputs: dict[int, Chw]) -> None:
+        """A partial pass of an op that is no sum over its lanes: stage the input slice in
+        the output's slots (one input of the output's shape, read where it is written) and
+        run the op on the rows once every channel of them is in."""
+        v, node = c.op, self.graph.nodes[c.op]
+        t_in = node.inputs[0] if len(node.inputs) == 1 else -1
+        t_out = node.outputs[0] if len(node.outputs) == 1 else -1
+        shape = self.graph.tensors[t_out].shape
+        if min(t_in, t_out) < 0 or self.graph.tensors[t_in].shape != shape or c.in_channels is None:
+            raise self.fail(
+                f"a partial pass of '{node.name}' ({node.op_type}), which neither sums over its "
+                "input lanes nor has one input of its output's shape to assemble"
+            )
+        full = self.block(t_out, c.rows, (0, shape[0]), c.cols)
+        part = (tuple(c.in_channels), full[1], full[2])
+        values = inputs[t_in][block_index(part)]
+        if np.isnan(values).any():
+            raise self.fail(self.diagnose_missing(t_in, part, inputs[t_in], node.name))
+        holders = self.holders(t_out)
+        if not holders:
+            raise self.fail(f"assembles the input of '{node.name}' with no region to hold it")
+        for region in holders:
+            self.guarded(region.store, t_out, part, values, partial=True)
+            if not region.resident(t_out, full, partial=True).all():
+                continue
+            x = np.full(shape, np.nan)
+            x[block_index(full)] = region.read(full)
+            got = self.net.evaluate(v, {t_in: x})[0][block_index(full)]
+            if np.isnan(got).any():
+                raise self.fail(f"'{node.name}' needs more of its input than the rows it assembled")
+            region.store(t_out, full, got)
+
+    # -- diagnosis ----------------------------------------------------------------------
+    def diagnose(self, v: int, inputs: dict[int, Chw], out: int, block: Block) -> str:
+        """Which input rows and channels a compute needed but the buffer did not hold: each
+        missing row, then each missing channel of it, is tried alone (the other missing
+        elements set to 0)."""
+        node = self.graph.nodes[v]
+        (c0, c1), (r0, r1), _ = block
+        head = f"'{node.name}' computing '{self.name(out)}' channels {c0}..{c1} rows {r0}..{r1}"
+        k = node.outputs.index(out)
+        filled = {t: np.nan_to_num(a, nan=0.0) for t, a in inputs.items()}
+
+        def poisons(t: int, r: int, c: int | None) -> bool:
+            probe = dict(filled)
+            probe[t] = filled[t].copy()
+            missing = np.isnan(inputs[t][:, r, :])
+            if c is not None:
+                missing[np.arange(missing.shape[0]) != c] = False
+            probe[t][:, r, :][missing] = np.nan
+            return bool(np.isnan(self.net.evaluate(v, probe)[k][block_index(block)]).any())
+
+        found: list[str] = []
+        for t, a in inputs.items():
+            for r in np.nonzero(np.isnan(a).any(axis=(0, 2)))[0]:
+                if len(found) < 3 and poisons(t, r, None):
+                    missing = np.nonzero(np.isnan(a[:, r, :]).any(axis=1))[0]
+                    chans = [c for c in missing if poisons(t, r, c)]
+                    found.append(
+                        f"'{self.name(t)}' row {r} channels {_ranges(chans)} (rows it holds: "
+                        f"{_held_rows(a)})"
+                    )
+        if not found:
+            return f"{head} needs elements the buffer does not hold"
+        return f"{head} needs {'; '.join(found)}, which the buffer does not hold"
+
+    def diagnose_missing(self, tensor: int, block: Block, array: Chw, op: str) -> str:
+        index = block_index(block)
+        rows = np.nonzero(np.isnan(array[index]).any(axis=(0, 2)))[0] + block[1][0]
+        return (
+            f"'{op}' needs '{self.name(tensor)}' rows {_ranges(rows)}, which the buffer does not "
+            f"hold (rows held: {_held_rows(array)})"
+        )
+
+    def check_outputs(self) -> None:
+        g, group = self.graph, self.schedule.group
+        for v in bits(group):
+            for t in g.nodes[v].outputs:
+                external = t in g.graph_output_set or g.consumer_mask[t] & ~group
+                if external and not self.dram.complete(t):
+                    written = self.dram.written.get(t)
+                    rows = (
+                        "none"
+                        if written is None
+                        else _ranges(np.nonzero(written.all(axis=(0, 2)))[0])
+                    )
+                    raise self.fail(f"never writes all of '{self.name(t)}' (rows written: {rows})")
+
+
+def _held_rows(array: np.ndarray) -> str:
+    """Rows of a ``(C, H, W)`` array without NaN, as half-open ranges."""
+    return _ranges(np.nonzero(~np.isnan(array).any(axis=(0, 2)))[0]) or "none"
+
+
+def _ranges(values: Iterable[int]) -> str:
+    spans: list[list[int]] = []
+    for x in values:
+        if spans and x == spans[-1][1]:
+            spans[-1][1] = int(x) + 1
+        else:
+            spans.append([int(x), int(x) + 1])
+    return ", ".join(f"{a}..{b}" for a, b in spans) or "none"
+
+
+def _where(graph, index: int, step: Step, action: Action) -> str:
+    if isinstance(action, Compute):
+        what = (
+            f"compute '{graph.nodes[action.op].name}' rows {action.rows[0]}..{action.rows[1]} "
+            f"channels {action.channels[0]}..{action.channels[1]}"
+        )
+        if action.in_channels is not None:
+            what += f" over input channels {action.in_channels[0]}..{action.in_channels[1]}"
+        if action.in_rows is not None:
+            what += f" over input rows {action.in_rows[0]}..{action.in_rows[1]}"
+    elif action.is_weights:
+        what = f"{action.direction} of '{graph.nodes[action.op].name}' weights"
+    else:
+        what = (
+            f"{action.direction} of '{graph.tensors[action.tensor].name}' rows "
+            f"{action.rows[0]}..{action.rows[1]} channels "
+            f"{action.channels[0]}..{action.channels[1]}"
+        )
+    return f"step {index} (tile {step.tile}), {what}"
+
+
+def replay_schedule(
+    numeric: NumericGraph, cost_model: CostModel, schedule: Schedule, dram: Dram
+) -> GroupReplay:
+    """Execute ``schedule`` against ``dram`` (updated with what it writes); raises
+    :class:`ReplayError` at the first action that cannot run as written."""
+    if schedule.order == "free":
+        return _run_free(numeric, schedule, dram)
+    return _Run(numeric, cost_model, schedule, dram).run()
+
+
+def _run_free(numeric: NumericGraph, schedule: Schedule, dram: Dram) -> GroupReplay:
+    """A group its cost model prices at nothing (an op its conventions call free alone)
+    has no steps: its outputs are computed straight from DRAM and move no counted bytes."""
+    for v in bits(schedule.group):
+        node = numeric.graph.nodes[v]
+        if not all(dram.complete(t) for t in node.inputs):
+            raise ReplayError(f"free op '{node.name}' runs before its inputs are in DRAM")
+        for t, value in zip(node.outputs, numeric.evaluate(v, dram.values), strict=True):
+            dram.values[t] = value
+            dram.written[t] = np.ones(value.shape, bool)
+    return GroupReplay(schedule, {}, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class PlanReplay:
+    """A plan's groups replayed in order: the graph outputs (ONNX shapes, by name) and each
+    group's replay."""
+
+    outputs: dict[str, np.ndarray]
+    groups: tuple[GroupReplay, ...]
+
+
+def replay_plan(
+    numeric: NumericGraph,
+    cost_model: CostModel,
+    groups: Iterable[Group],
+    feeds: Mapping[str, np.ndarray],
+) -> PlanReplay:
+    """Replay the schedule :func:`build_schedule` gives each of ``groups`` (in execution
+    order) from the graph inputs ``feeds`` and return the graph outputs."""
+    dram = Dram.with_inputs(numeric.feeds_chw(feeds))
+    replays = tuple(
+        replay_schedule(numeric, cost_model, build_schedule(cost_model, group), dram)
+        for group in groups
+    )
+    g = numeric.graph
+    outputs = {}
+    for t in g.outputs:
+        if not dram.complete(t):
+            raise ReplayError(f"no group wrote graph output '{g.tensors[t].name}'")
+        outputs[g.tensors[t].name] = numeric.to_onnx(t, dram.values[t])
+    return PlanReplay(outputs, replays)
