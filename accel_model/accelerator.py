@@ -76,9 +76,19 @@ OPTIMUS_CONVENTIONS: tuple[str, ...] = (
     "unbuffered-inputs",
     "optimus-single-layer",
     "fractional-weight-reads",
+    "optimus-groups",
+    "optimus-solver",
+    "rounded-up-tiles",
+    "unsliced-weights-once",
 )
-"""Optimus's optimistic BRR conventions (docs/cost-model.md, "The optimus profile"), each
-switchable on its own so that a difference can be attributed to one of them:
+"""Optimus's conventions (docs/cost-model.md, "The optimus profile"), each switchable on
+its own. ``optimus-groups`` prices every group as Optimus's own code reports it
+(accel_model/optimus_pricing.py), with its quirks ``optimus-solver`` (its continuous tile and
+blocking solvers; without: its closed forms, which its code uses for SqueezeNet),
+``rounded-up-tiles`` (the solver's tile rounded up, even past the buffer) and
+``unsliced-weights-once`` (a conv keeping all its channels reads its weights once); it
+supersedes the first seven, which approximate Optimus monotonically
+(:data:`OPTIMUS_APPROXIMATIONS`):
 ``free-activations`` (unary activations do not exist: no buffer, free run alone),
 ``free-local-outputs`` (pool, elementwise, concat and depthwise outputs take no buffer),
 ``free-unfused-local`` (those ops run alone move no DRAM), ``no-local-start`` (a group of
@@ -87,6 +97,11 @@ buffer only where a channel-slicing conv reads it) and ``optimus-single-layer`` 
 run alone costs Optimus's loop-blocking estimate, which reads no halo) and
 ``fractional-weight-reads`` (a streamed group re-reads each op's weights H_out / rows-per-tile
 times, a fraction, as Optimus reports it, rather than once per tile)."""
+
+OPTIMUS_APPROXIMATIONS: tuple[str, ...] = OPTIMUS_CONVENTIONS[:7]
+"""The conventions that approximate Optimus while every cost stays non-increasing in the
+buffer and at least io + weights (the optimus profile before it priced groups as Optimus's
+code does); the search's property tests run them."""
 
 PROFILES: dict[str, dict[str, Any]] = {
     "fusionplan": {},

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from accel_model.base import CostModel, GroupCost
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_activation
+from accel_model.optimus_pricing import OptimusPricing
 from accel_model.registry import COST_MODELS
 from accel_model.rows import input_rows, row_window
 from fusionplan.ir.graph import Group, bits
@@ -178,13 +179,28 @@ class BRR(CostModel):
             self.free_alone = sum(1 << v for v in local_ops)
         if "free-activations" in conventions:
             self.free_alone |= sum(1 << v for v in range(n) if activations[v])
+        # Optimus's own price of every group (docs/cost-model.md, "The optimus profile")
+        self._optimus: OptimusPricing | None = None
+        if "optimus-groups" in conventions:
+            self._optimus = OptimusPricing(
+                graph, accel, self.io_elements, lambda v: self.layer_tiling(v).dram
+            )
+            self.node_weights = self._optimus.weights()
+            self.free_alone = self._optimus.free_alone()
 
     def monotone_over_downsets(self) -> bool:
         # proof in search/exact.py; slices, in-place ops and Optimus's conventions keep it
         # (docs/cost-model.md, "Channel slices")
         return self._heights_positive
 
+    def _priced(self, group: Group) -> tuple[GroupCost, str, int]:
+        if self._optimus is not None:
+            return self._optimus.price(group)
+        return super()._priced(group)
+
     def buffer_floor(self, nodes: Group) -> int:
+        if self._optimus is not None:
+            return self.b * self._optimus.floor(nodes)
         # In any group G containing ``nodes`` every node keeps >= 1 row (heights >= 1), and a
         # node with a consumer y in ``nodes`` keeps >= the rows y needs for one output row
         # (input_rows is non-decreasing in the rows y keeps, which are >= 1), of at least its

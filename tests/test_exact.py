@@ -22,6 +22,7 @@ import time
 import pytest
 
 from accel_model import Accelerator
+from accel_model.accelerator import OPTIMUS_APPROXIMATIONS
 from accel_model.brr import BRR
 from accel_model.lbdf import LBDF
 from accel_model.registry import cost_model_class
@@ -38,7 +39,12 @@ VARIANTS: dict[str, dict] = {
     "brr": {},
     # channel slices of 2 (the random graphs have 2-8 channels), and Optimus's conventions
     "brr-k2": {"pe_unroll": 2},
-    "optimus-k2": {"profile": "optimus", "pe_unroll": 2},
+    # (their monotone approximations: the profile itself mirrors Optimus's code, slips and all)
+    "optimus-k2": {
+        "conventions": OPTIMUS_APPROXIMATIONS,
+        "depthwise_weights": False,
+        "pe_unroll": 2,
+    },
 }
 """Accelerator settings the property tests run under, by name."""
 

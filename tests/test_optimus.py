@@ -4,23 +4,31 @@ profile") and accelerator description files (accel_model/description.py)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+import scipy
 from click.testing import CliRunner
 
 import fusionplan as fp
 from accel_model import Accelerator, make_cost_model
 from accel_model.description import load_accelerator, read_description
+from accel_model.optimus_pricing import FusedGroup, OptimusView, glb_energy
 from data.optimus_nets import NETWORKS
 from data.zoo import load_zoo_model
+from fusionplan.app.bench.optimus import DATA, optimus_accelerator, profile_price
+from fusionplan.app.bench.optimus_oracle import OptimusRunner, layer_of_ops, optimus_checkout
 from fusionplan.app.cli import cli
 from fusionplan.ir.errors import ConfigError
-from fusionplan.ir.graph import mask_of
+from fusionplan.ir.graph import bits, mask_of
 from tests.onnx_builders import residual_block, save, to_graph
 from tests.test_cli import invoke
 
 EXAMPLES = Path(__file__).parents[1] / "docs" / "examples"
+OPTIMUS = optimus_checkout()
+RECORDED = json.loads(DATA.read_text()) if DATA.is_file() else None
+"""Optimus's figures as the bench recorded them by running its code."""
 
 # Optimus's own totals (conv, depthwise and FC weights, no biases) and layer counts
 WEIGHTS = {
@@ -58,39 +66,145 @@ def test_resnet18_imports_with_optimus_shapes():
 
 @pytest.mark.slow
 def test_a_resnet18_group_costs_what_optimus_reports():
-    # conv2_0_a -> relu -> conv2_0_b, 64 -> 64 channels on 56x56, 128 KB at 16 bits
-    # (65,536 elements). Optimus keeps conv_a whole (3 rows) and a 32-channel slice of conv_b
-    # (1 row): 64*3*56 + 32*56 = 12,544, add-one-line 64*56 + 32*56 = 5,376; weights 73,728
-    # stream, h = floor((65536 - 12544) / 5376) + 1 = 10; its reported weight reads are
-    # 36,864 * 56/12 (conv_a keeps 12 rows per tile) + 36,864 * 56/10, rounded up 378,471;
-    # plus the input and output 200,704 each: 779,879 elements (Optimus's own figure).
+    # conv2_0_a -> relu -> conv2_0_b, 64 -> 64 channels on 56x56, 128 KB at 16 bits (65,536
+    # elements). Optimus keeps conv_a whole and a 32-channel slice of conv_b; its tile solver
+    # stops where its buffer constraint binds, (3 - 1 + h) * 56 * 64 + h * 56 * k <= 65,536
+    # with k at its bound 32: h = 10.857 rows, k a hair above 32. Rounded up: 11 rows of
+    # conv_b (13 of conv_a), 33 channels. conv_a keeps all 64 input and output channels: its
+    # 36,864 weights are read once; conv_b's 36,864 * 56/11 = 187,671.3; with the input and
+    # output (200,704 each): ceil(224,535.3) + 401,408 = 625,944 elements, as Optimus's code
+    # reports. The rounded tile holds 13 * 56 * 64 + 11 * 56 * 33 = 66,920 > 65,536.
     graph = load_zoo_model("optimus_resnet18")
-    # layer 2 of the table is conv2_0_a (a conv and its relu), layer 3 conv2_0_b
-    ops = [v for v, n in enumerate(graph.nodes) if n.name.startswith(("/ops.2/", "/ops.3/"))]
-    assert [graph.nodes[v].op_type for v in ops] == ["Conv", "Relu", "Conv"]
-    group = mask_of(ops)
+    names = layer_of_ops(graph, "optimus_resnet18")
+    group = mask_of([v for v, n in enumerate(names) if n in ("conv2_0_a", "conv2_0_b")])
+    assert [graph.nodes[v].op_type for v in bits(group)] == ["Conv", "Relu", "Conv"]
     cm = make_cost_model(graph, Accelerator.of("128KB", "brr", 2, profile="optimus"))
-    terms = cm.terms(group)
-    assert (terms.footprint, terms.row_step, terms.h_tile) == (12_544, 5_376, 10)
-    assert cm.cost(group).dram == 2 * 779_879
-    # the realistic BRR also keeps conv_a's input (a 32-channel slice of 5 rows): 21,504,
-    # h = floor((65536 - 21504) / 5376) + 1 = 9, and streams the weights once per tile: 7
-    real = make_cost_model(graph, Accelerator.of("128KB", "brr", 2))
-    assert real.terms(group).footprint == 12_544 + 32 * 5 * 56
-    assert (real.terms(group).h_tile, real.terms(group).tiles) == (9, 7)
-    assert real.cost(group).dram == 2 * (2 * 200_704 + 7 * 73_728)
+    assert cm.cost(group) == (2 * 66_920, 2 * 625_944, True)
+    # tiles that fit (rounded down: 10 rows, 32 channels): 36,864 * 56/10 = 206,438.4, so
+    # ceil(243,302.4) + 401,408 = 644,711, and the tile holds 12 * 3,584 + 10 * 56 * 32
+    fitting = optimus_accelerator("optimus_resnet18", "128KB", ["rounded-up-tiles"])
+    assert make_cost_model(graph, fitting).cost(group) == (2 * 60_928, 2 * 644_711, True)
+    # conv_a's weights once per tile too, as a sliced conv's are: + 36,864 * 56/13 (h = 11)
+    by_rows = optimus_accelerator("optimus_resnet18", "128KB", ["unsliced-weights-once"])
+    assert make_cost_model(graph, by_rows).cost(group).dram == 2 * (
+        401_408 + math.ceil(36_864 * 56 / 13 + 36_864 * 56 / 11)
+    )
+
+
+@pytest.mark.slow
+def test_a_relu_led_bottleneck_costs_what_the_bottleneck_costs():
+    # ResNet-50's conv4_1 block with the ReLU of the add before it: Optimus's networks have no
+    # activations, so the group is [conv_a, conv_b, conv_c, add] either way; Optimus keeps
+    # conv_a (256 channels) and conv_c (1,024) whole and a 32-channel slice of conv_b, a row
+    # step of (256 + 32 + 1024) * 14 = 18,368 elements, and reads conv_a's input unbuffered
+    graph = load_zoo_model("optimus_resnet50")
+    names = layer_of_ops(graph, "optimus_resnet50")
+    block = mask_of([v for v, n in enumerate(names) if n.startswith("conv4_1_")])
+    leading = [v for v in range(len(graph)) if graph.succ_mask[v] & block and not block >> v & 1]
+    relu = mask_of([v for v in leading if graph.nodes[v].op_type == "Relu"])
+    assert relu.bit_count() == 1
+    cm = make_cost_model(graph, Accelerator.of("128KB", "brr", 2, profile="optimus"))
+    assert cm.cost(block | relu) == cm.cost(block)
+    view = OptimusView(graph, 32, 128 * 1024, 2)
+    fused = FusedGroup(view, view.layers_of(block))
+    _, full, step = fused.parities()
+    whole = [v for v, f in zip(fused.order, full, strict=True) if f and view.layers[v].conv]
+    assert (step, [view.layers[v].nofm for v in whole]) == (18_368, [256, 1024])
+
+
+def test_optimus_view_drops_activations_and_reads_inputs_without_halo():
+    graph = to_graph(residual_block())
+    view = OptimusView(graph, 2, 1 << 20, 1)
+    activations = [v for v, n in enumerate(graph.nodes) if n.op_type == "Relu"]
+    assert activations and not set(activations) & set(view.layers)
+    conv = next(v for v, n in enumerate(graph.nodes) if n.op_type == "Conv")
+    layer = view.layers[conv]
+    assert layer.wifm == layer.wfil + (layer.wofm - 1) * layer.wstd
+    assert layer.ifmap == layer.nifm * layer.hofm * layer.wofm * layer.hstd * layer.wstd
+
+
+def test_glb_energy_is_optimus_arch_files():
+    assert [glb_energy(kb * 1024) for kb in (128, 256, 512)] == [6.0, 9.0, 12.0]
+    assert glb_energy(16 * 1024) == 3.0
+
+
+@pytest.mark.parametrize("name", list(NETWORKS))
+def test_every_op_belongs_to_an_optimus_layer(name):
+    graph = load_zoo_model(name)
+    names = layer_of_ops(graph, name)
+    assert set(names) == {layer.name for layer in NETWORKS[name][0]()}
+    for v, node in enumerate(graph.nodes):  # an activation belongs to the layer before it
+        if node.op_type == "Relu":
+            producer = graph.tensors[node.inputs[0]].producer
+            assert names[v] == names[producer]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", sorted(RECORDED["cells"]) if RECORDED else [])
+def test_the_profile_prices_optimus_optima_as_its_code_did(cell):
+    # Optimus's optima and their group prices, as its code reported them when the bench
+    # ran (data/optimus_oracle.json). SLSQP's answer for a layer alone changes with the
+    # scipy release, so single layers under the solver are compared only on the same release.
+    network, buffer = cell.split("|")
+    graph = load_zoo_model(network)
+    names = layer_of_ops(graph, network)
+    cm = make_cost_model(graph, optimus_accelerator(network, buffer))
+    same_scipy = RECORDED["optimus"]["scipy"] == scipy.__version__
+    checked = 0
+    for side in ("energy", "dram"):
+        recorded = RECORDED["cells"][cell][side]
+        for layers, dram in zip(recorded["groups"], recorded["group_dram"], strict=True):
+            solved_alone = len(layers) == 1 and "optimus-solver" in cm.accel.conventions
+            if solved_alone and not same_scipy:
+                continue
+            assert profile_price(cm, names, layers) == dram, layers
+            checked += 1
+    assert checked
 
 
 @pytest.mark.slow
 def test_squeezenet_optimus_profile_is_at_most_optimus():
+    # fusionplan's proven optimum under the profile, below Optimus's own optimum (its
+    # energy objective, as recorded by running its code) at every buffer
     graph = load_zoo_model("optimus_squeezenet")
-    for buffer, optimus_mb in (("128KB", 5.25), ("256KB", 3.43), ("512KB", 3.12)):
-        optimus = fp.plan(graph, buffer, "brr", bytes_per_element=2, profile="optimus",
-                          search="exact")  # fmt: skip
-        real = fp.plan(graph, buffer, "brr", bytes_per_element=2, search="exact")
-        assert optimus.metrics.gap == 0.0  # proven
-        assert optimus.metrics.dram_bytes <= optimus_mb * 2**20
-        assert real.metrics.dram_bytes >= optimus.metrics.dram_bytes
+    for buffer in ("128KB", "256KB", "512KB"):
+        plan = fp.plan(graph, accelerator=optimus_accelerator("optimus_squeezenet", buffer),
+                       search="exact")  # fmt: skip
+        assert plan.metrics.gap == 0.0  # proven
+        recorded = RECORDED["cells"][f"optimus_squeezenet|{buffer}"]["energy"]["dram"]
+        assert plan.metrics.dram_bytes <= 2 * recorded
+
+
+@pytest.mark.skipif(OPTIMUS is None, reason="no Optimus checkout ($FUSIONPLAN_OPTIMUS_DIR)")
+def test_optimus_code_prices_the_group_as_the_profile_does():
+    runner = OptimusRunner(OPTIMUS)
+    task = {"kind": "price", "net": "optimus_resnet18", "buffer_kb": 128}
+    groups = [["conv2_0_a", "conv2_0_b"], ["conv1"], ["pool1"], ["conv2_0_res", "conv2_1_a"]]
+    answer = runner.run([{**task, "groups": groups}])[0]["groups"]
+    assert (answer[0]["dram"], answer[0]["overflow"], answer[0]["buffer_need"]) == (
+        625_944, True, 66_920,
+    )  # fmt: skip
+    assert answer[2]["dram"] == 0  # a pool alone moves nothing in Optimus
+    assert not answer[3]["priced"]  # a group led by a local layer: Optimus never fuses it
+    graph = load_zoo_model("optimus_resnet18")
+    names = layer_of_ops(graph, "optimus_resnet18")
+    cm = make_cost_model(graph, Accelerator.of("128KB", "brr", 2, profile="optimus"))
+    for layers, found in zip(groups, answer, strict=True):
+        expected = found["dram"] if found["priced"] else None
+        assert profile_price(cm, names, layers) == expected
+
+
+def test_bench_optimus_skips_without_a_checkout(monkeypatch):
+    monkeypatch.delenv("FUSIONPLAN_OPTIMUS_DIR", raising=False)
+    result = CliRunner().invoke(cli, ["bench", "optimus", "-q"])
+    assert result.exit_code == 0
+    assert result.output.count("\n") == 1 and "skipped, no Optimus checkout" in result.output
+
+
+def test_a_wrong_optimus_dir_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="is not an Optimus checkout") as err:
+        optimus_checkout(tmp_path)
+    assert "\n" not in str(err.value)
 
 
 # ----------------------------------------------------------------------------- files

@@ -23,8 +23,10 @@ from fusionplan.app.bench.certified import (
 from fusionplan.app.bench.determinism import MODELS as DETERMINISM_MODELS
 from fusionplan.app.bench.determinism import DeterminismConfig, run_determinism
 from fusionplan.app.bench.optimus import BUFFERS as OPTIMUS_BUFFERS
+from fusionplan.app.bench.optimus import DATA as OPTIMUS_DATA
 from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
 from fusionplan.app.bench.optimus import run_optimus_bench
+from fusionplan.app.bench.optimus_oracle import OptimusRunner, optimus_checkout
 from fusionplan.app.bench.scaling import job_timing
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.bench.streams import MODELS as STREAMS_MODELS
@@ -578,6 +580,16 @@ def bench_determinism(
 
 @bench_group.command("optimus")
 @click.option(
+    "--optimus-dir",
+    type=click.Path(file_okay=False),
+    help="An Optimus checkout (github SheaCai/optimus); default $FUSIONPLAN_OPTIMUS_DIR.",
+)
+@click.option(
+    "--optimus-python",
+    help="The interpreter that runs Optimus (needs numpy, scipy); default "
+    "$FUSIONPLAN_OPTIMUS_PYTHON, else this one.",
+)
+@click.option(
     "--exact-limit",
     type=float,
     default=60.0,
@@ -591,14 +603,34 @@ def bench_determinism(
     show_default=True,
     help="Markdown file for the tables; only its generated section is replaced.",
 )
+@click.option(
+    "--data",
+    type=OutputPath(),
+    default=str(OPTIMUS_DATA),
+    show_default=True,
+    help="JSON file for Optimus's figures (rewritten each run).",
+)
 @click.option("-q", "--quiet", is_flag=True)
-def bench_optimus(exact_limit, report, quiet):
-    """fusionplan's proven BRR optima on Optimus's five networks at 128/256/512 KB beside
-    Optimus's figures, and the difference attributed convention by convention."""
+def bench_optimus(optimus_dir, optimus_python, exact_limit, report, data, quiet):
+    """Optimus's own code as the referee of the optimus profile: per cell, Optimus's optimum,
+    fusionplan's and fusionplan's plan priced by Optimus's code, and every group priced both
+    ways. Skips (exit 0) without an Optimus checkout."""
+    root = optimus_checkout(optimus_dir)
+    if root is None:
+        click.echo(
+            "bench optimus: skipped, no Optimus checkout (--optimus-dir or $FUSIONPLAN_OPTIMUS_DIR)"
+        )
+        return
+    runner = OptimusRunner(root, optimus_python or "")
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     total = len(OPTIMUS_NETWORKS) * len(OPTIMUS_BUFFERS)
     with progress_bar("optimus cells", total, enabled=not quiet) as progress:
         run_optimus_bench(
-            report, exact_limit, command=command or "fusionplan bench optimus", progress=progress
+            report,
+            runner,
+            exact_limit,
+            command=command or "fusionplan bench optimus",
+            progress=progress,
+            data_path=data,
         )
-    click.echo(f"wrote {report}")
+    click.echo(f"wrote {report} and {data}")
