@@ -118,18 +118,21 @@ class RegionSlots:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Fold one pass's partial results ``values`` into ``block``: ``passed`` (bool per
         input lane) is what the pass consumed, ``needed`` (block channels x lanes) what
-        each output channel reduces over. A slot not holding a partial value of that
-        element starts afresh. Returns the running values and the mask of elements that
-        have consumed every lane they need; they stay partial until :meth:`store`."""
+        each output channel reduces over. An element the pass does not feed (none of its
+        lanes passed: another group of a grouped conv) is left as it is; one fed while its
+        slot holds no partial value of it starts afresh. Returns the running values and the
+        mask of fed elements that have now consumed every lane they need; they stay
+        partial until :meth:`finish`."""
         slots, coords = self._slots(block)
         lanes = passed.size
         if self.consumed is None or self.consumed.shape[-1] != lanes:
             if self.consumed is not None and self.partial.any():
                 raise ReplayError("a region holds partial sums over two kinds of input lanes")
             self.consumed = np.zeros((*self.value.shape, lanes), bool)
+        fed = np.broadcast_to((needed & passed).any(axis=1)[:, None, None], values.shape)
         fresh = ~(self._holding(slots, coords, tensor) & self.partial[slots])
         consumed = np.where(fresh[..., None], False, self.consumed[slots])
-        twice = consumed & passed
+        twice = consumed & passed & fed[..., None]
         if twice.any():
             c, r, w, i = (int(a[0]) for a in np.nonzero(twice))
             raise ReplayError(
@@ -138,11 +141,15 @@ class RegionSlots:
             )
         total = np.where(fresh, values, combine(self.value[slots], values))
         consumed = consumed | passed
-        done = (consumed | ~needed[:, None, None, :]).all(axis=-1)
-        self.value[slots] = total
-        self.consumed[slots] = consumed
-        self.partial[slots] = True
-        self._tag(slots, coords, tensor)
+        done = fed & (consumed | ~needed[:, None, None, :]).all(axis=-1)
+        self.value[slots] = np.where(fed, total, self.value[slots])
+        self.consumed[slots] = np.where(fed[..., None], consumed, self.consumed[slots])
+        self.partial[slots] = np.where(fed, True, self.partial[slots])
+        cs, rs, ws = (np.broadcast_to(a, values.shape) for a in coords)
+        self.tensor[slots] = np.where(fed, tensor, self.tensor[slots])
+        self.chan[slots] = np.where(fed, cs, self.chan[slots])
+        self.row[slots] = np.where(fed, rs, self.row[slots])
+        self.col[slots] = np.where(fed, ws, self.col[slots])
         return total, done
 
     def finish(self, block: Block, done: np.ndarray, values: np.ndarray) -> None:

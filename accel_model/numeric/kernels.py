@@ -113,10 +113,13 @@ def conv(node, attrs: Attrs, x: Array, w: Array, b: Array | None = None) -> Arra
     group = int(attrs.get("group", 1))
     n, c = x.shape[:2]
     m = w.shape[0]
-    win = win.reshape(n, group, c // group, *win.shape[2:])
-    wg = w.reshape(group, m // group, *w.shape[1:])
-    y = np.einsum("ngcyxij,gmcij->ngmyx", win, wg, optimize=True)
-    y = y.reshape(n, m, *y.shape[3:])
+    oy, ox, kh, kw = win.shape[2:]
+    # per group, (positions x window) @ (window x output channels): one batched matmul
+    cols = win.reshape(n, group, c // group, oy, ox, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6)
+    cols = cols.reshape(group, n * oy * ox, -1)
+    wg = w.reshape(group, m // group, -1).transpose(0, 2, 1)
+    y = np.matmul(cols, wg).reshape(group, n, oy, ox, m // group)
+    y = y.transpose(1, 0, 4, 2, 3).reshape(n, m, oy, ox)
     if b is not None:
         y = y + b.reshape(1, m, 1, 1)
     return y
