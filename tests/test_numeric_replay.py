@@ -30,6 +30,7 @@ from accel_model.schedule import (
     Compute,
     Region,
     Schedule,
+    ScheduleError,
     Step,
     Transfer,
     build_schedule,
@@ -65,8 +66,9 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "mlp_block": nm.mlp_block,
     "attention_core": nm.attention_core,
     "channels_last_block": nm.channels_last_block,
+    "class_token": ob.computed_expand,
 }
-"""26 graphs, channels <= 64 and maps <= 16x16 (tokens <= 16)."""
+"""27 graphs, channels <= 64 and maps <= 16x16 (tokens <= 16)."""
 
 SCHEMES = {"lbdf": {}, "brr": {"pe_unroll": 4}}
 BUFFERS = (2048, 8192)
@@ -187,9 +189,68 @@ def check_plan(name: str, scheme: str, buffer: int, **settings) -> list[Schedule
     return [run.schedule for run in replay.groups]
 
 
-@pytest.mark.parametrize("buffer", BUFFERS)
-@pytest.mark.parametrize("scheme", sorted(SCHEMES))
-@pytest.mark.parametrize("name", sorted(MODELS))
+LBDF_TWO_DELAYS = (
+    "LBDF allots a tensor read at two delays one line buffer per reader (no skip rows for an "
+    "external input, none for Q beside the whole K^T): the pipeline overwrites rows a later "
+    "reader needs (Pipeline.overflows records it)"
+)
+KNOWN: dict[tuple[str, str, int], str] = {
+    ("encoder_gelu", "lbdf", 2048): LBDF_TWO_DELAYS + ": 'qk' row 0 needs 'qh' row 0",
+    ("encoder_gelu", "lbdf", 8192): LBDF_TWO_DELAYS + ": 'qk' row 0 needs 'qh' row 0",
+    ("encoder_relu", "lbdf", 2048): LBDF_TWO_DELAYS + ": 'qk' row 0 needs 'qh' row 0",
+    ("encoder_relu", "lbdf", 8192): LBDF_TWO_DELAYS + ": 'qk' row 0 needs 'qh' row 0",
+    ("inverted_residual_se", "lbdf", 8192): LBDF_TWO_DELAYS
+    + ": the SE 'scale' row 0 needs 'hs1.out' row 0 after the pool read all 12",
+    ("classifier_heads", "lbdf", 2048): (
+        "LBDF: a row reduction whose output leaves the group ('gap') accumulates over 8 "
+        "passes with no region for its partial sums"
+    ),
+    ("classifier_heads", "lbdf", 8192): (
+        "LBDF: the classifier 'fc2' accumulates over 4 row passes with no region for its "
+        "partial sums"
+    ),
+    ("two_stage_residual", "brr", 8192): (
+        "BRR: 'add' runs in place over 'conv2.out', then is recomputed per channel slice for "
+        "'sub', whose input rows it has overwritten"
+    ),
+    ("class_token", "lbdf", 2048): (
+        "a Concat along the row axis (the class token) shifts rows: output row 1 reads "
+        "'proj.out' row 0, the builders pair it with row 1"
+    ),
+    ("class_token", "lbdf", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
+    ("class_token", "brr", 2048): "the class token's Concat shifts rows (see lbdf 2048)",
+    ("class_token", "brr", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
+}
+"""Plans whose schedules do not compute the graph today, with the replay's counterexample:
+strict, so a fixed builder or cost model flips its case to a failure until it is removed."""
+
+UNBUILT: dict[tuple[str, str, int], str] = {
+    ("bottleneck_bn", "brr", 2048): "BRR builder: a slice loop reads its own output",
+    ("bottleneck_bn", "brr", 8192): "BRR builder: a slice loop reads its own output",
+}
+"""Plans the builders cannot write out yet (ScheduleError)."""
+
+
+def plan_cases(buffers):
+    for name in sorted(MODELS):
+        for scheme in sorted(SCHEMES):
+            for buffer in buffers:
+                key = (name, scheme, buffer)
+                marks = []
+                if key in KNOWN:
+                    marks.append(
+                        pytest.mark.xfail(raises=ReplayError, strict=True, reason=KNOWN[key])
+                    )
+                if key in UNBUILT:
+                    marks.append(
+                        pytest.mark.xfail(raises=ScheduleError, strict=True, reason=UNBUILT[key])
+                    )
+                yield pytest.param(
+                    name, scheme, buffer, marks=marks, id=f"{name}-{scheme}-{buffer}"
+                )
+
+
+@pytest.mark.parametrize(("name", "scheme", "buffer"), list(plan_cases(BUFFERS)))
 def test_plan_replays_the_graph(name, scheme, buffer):
     check_plan(name, scheme, buffer)
 
