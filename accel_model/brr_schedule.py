@@ -54,6 +54,7 @@ class _Loop:
 
     def __init__(self) -> None:
         self.ops: set[int] = set()  # sliced ops and whole ops reading a slice-held input
+        self.recompute: set[int] = set()  # ops of an earlier pass computed again in this one
         self.tensors: set[int] = set()  # external inputs held as a slice
         self.partial: set[int] = set()  # readers accumulating over the slices
         self.concat: dict[int, list[int]] = {}  # concat -> its inputs filled by this loop
@@ -174,15 +175,16 @@ class _Builder:
 
     # -- slice loops and the order of work in a step ----------------------------------
     def loops(self) -> list[_Loop]:
-        graph, tensors, pe = self.graph, self.graph.tensors, self.cm.accel.pe_unroll
-        parent: dict[object, object] = {}
+        """The slice loops of the group, each split into passes that can run in order."""
+        graph, tensors = self.graph, self.graph.tensors
+        parent: dict[tuple[str, int], tuple[str, int]] = {}
 
-        def find(x: object) -> object:
+        def find(x: tuple[str, int]) -> tuple[str, int]:
             while parent.setdefault(x, x) != x:
                 x = parent[x]
             return x
 
-        def union(a: object, b: object) -> None:
+        def union(a: tuple[str, int], b: tuple[str, int]) -> None:
             parent[find(a)] = find(b)
 
         sliced = set(bits(self.sliced))
@@ -191,43 +193,121 @@ class _Builder:
             for c in self.consumers[v]:
                 if c in sliced:
                     union(("op", v), ("op", c))
+        ext_partial: dict[int, set[int]] = {}  # slice-held input -> readers accumulating it
         for t, readers in self.external.items():
-            if not self.whole_ext[t]:
-                for v, _ in readers:
+            if self.whole_ext[t]:
+                continue
+            find(("tensor", t))
+            for v, _ in readers:
+                if v in sliced or self.cm._role[v] == ChannelRole.LOCAL:
                     union(("tensor", t), ("op", v))
-        loops: dict[object, _Loop] = {}
+                else:
+                    ext_partial.setdefault(t, set()).add(v)
+        parts: dict[tuple[str, int], tuple[set[int], set[int]]] = {}
         for key in list(parent):
-            loop = loops.setdefault(find(key), _Loop())
-            (loop.ops if key[0] == "op" else loop.tensors).add(key[1])
-        for loop in loops.values():
-            members = loop.ops
-            channels = {graph.out_shape(v)[0] for v in members}
-            channels |= {tensors[t].shape[0] for t in loop.tensors}
+            ops, ts = parts.setdefault(find(key), (set(), set()))
+            (ops if key[0] == "op" else ts).add(key[1])
+        if parts and not self.cm.accel.pe_unroll:
+            raise ScheduleError("channel slices without a PE unroll")
+        out: list[_Loop] = []
+        for ops, ts in sorted(parts.values(), key=lambda p: min(p[0] | {1 << 60})):
+            channels = {graph.out_shape(v)[0] for v in ops} | {tensors[t].shape[0] for t in ts}
             if len(channels) != 1:
                 raise ScheduleError(
                     "a slice loop mixes channel counts " + ", ".join(map(str, sorted(channels)))
                 )
-            loop.channels = channels.pop()
-            for v in members:
-                for c in self.consumers[v]:
-                    if c in members:
-                        continue
-                    if graph.nodes[c].kind == "concat" and concat_offset(graph, c, 0) is not None:
-                        ins = graph.nodes[c].inputs
-                        loop.concat.setdefault(c, []).extend(
-                            i for i, t in enumerate(ins) if tensors[t].producer == v
-                        )
-                    else:
-                        loop.partial.add(c)
-        if not pe and loops:
-            raise ScheduleError("channel slices without a PE unroll")
-        out = sorted(loops.values(), key=lambda lp: min(lp.ops))
+            out += self._passes(ops, ts, ext_partial, channels.pop())
         seen: set[int] = set()
-        for loop in out:
-            if loop.partial & seen:
+        for lp in out:
+            if lp.partial & seen:
                 raise ScheduleError("an op accumulates over two slice loops")
-            seen |= loop.partial
+            seen |= lp.partial
         return out
+
+    def _fed(self, members: set[int], fed_by: set[int]) -> tuple[set[int], dict[int, list[int]]]:
+        """Readers outside ``members`` of the sliced ops ``fed_by``: (accumulating readers,
+        concat -> the inputs the slices fill)."""
+        graph, tensors = self.graph, self.graph.tensors
+        partial: set[int] = set()
+        concat: dict[int, list[int]] = {}
+        for v in sorted(fed_by):
+            if not self.sliced >> v & 1:
+                continue  # a whole op reading a slice-held input finishes inside the loop
+            for c in self.consumers[v]:
+                if c in members:
+                    continue
+                if graph.nodes[c].kind == "concat" and concat_offset(graph, c, 0) is not None:
+                    ins = graph.nodes[c].inputs
+                    concat.setdefault(c, []).extend(
+                        i for i, t in enumerate(ins) if tensors[t].producer == v
+                    )
+                else:
+                    partial.add(c)
+        return partial, concat
+
+    def _passes(
+        self, members: set[int], ts: set[int], ext_partial: dict[int, set[int]], channels: int
+    ) -> list[_Loop]:
+        """Split a slice loop into passes: a member that reads (through ops outside the
+        loop) what the loop's readers make runs in a later pass, recomputing the members it
+        reads slice by slice (a squeeze-excite scale applied to a sliced conv's output)."""
+        graph, tensors, group = self.graph, self.graph.tensors, self.group
+        desc = graph.descendant_mask
+        remaining, earlier = set(members), set()
+        passes: list[_Loop] = []
+        if not members:  # only readers accumulating over a slice-held input
+            lp = _Loop()
+            lp.partial = {v for t in ts for v in ext_partial.get(t, ())}
+            lp.tensors, lp.channels = set(ts), channels
+            return [lp]
+        while remaining:
+            run = set(remaining)
+            while True:
+                partial, concat = self._fed(members, run)
+                if not passes:
+                    partial |= {v for t in ts for v in ext_partial.get(t, ())}
+                # what runs after this pass: its readers, and every op outside the loop
+                # below one of its members
+                reach = 0
+                for c in partial | set(concat):
+                    reach |= (desc[c] & group) | 1 << c
+                for m in run:
+                    reach |= desc[m] & group
+                reach &= ~sum(1 << m for m in members)
+                bad = {
+                    m
+                    for m in run
+                    for t in graph.nodes[m].inputs
+                    if tensors[t].producer not in members
+                    and self.in_group(tensors[t].producer)
+                    and reach >> tensors[t].producer & 1
+                }
+                for m in sorted(run):
+                    if any(desc[b] >> m & 1 for b in bad):
+                        bad.add(m)
+                if not bad:
+                    break
+                run -= bad
+                if not run:
+                    raise ScheduleError("a slice loop reads its own output")
+            again: set[int] = set()
+            stack = list(run)
+            while stack:
+                for t in graph.nodes[stack.pop()].inputs:
+                    p = tensors[t].producer
+                    if p in earlier and p not in again:
+                        again.add(p)
+                        stack.append(p)
+            lp = _Loop()
+            lp.ops, lp.recompute = run | again, again
+            lp.partial, lp.concat, lp.channels = partial, concat, channels
+            lp.tensors = {
+                t for t in ts if any(v in lp.ops or v in partial for v, _ in self.external[t])
+            }
+            passes.append(lp)
+            earlier |= run
+            remaining -= run
+        return passes
 
     # -- steps ------------------------------------------------------------------------
     def progress(self, step: int, last: bool) -> dict[int, int]:
@@ -330,7 +410,7 @@ class _StepWriter:
         self.loops = loops
         self.loop_of: dict[int, list[_Loop]] = {}
         for lp in loops:
-            for v in lp.ops | lp.partial | set(lp.concat):
+            for v in (lp.ops - lp.recompute) | lp.partial | set(lp.concat):
                 self.loop_of.setdefault(v, []).append(lp)
         self.loaded = dict.fromkeys(b.external, 0)  # rows of each external input read so far
         self.written = dict.fromkeys(b.nodes, 0)  # rows of each sliced op written so far
@@ -340,10 +420,13 @@ class _StepWriter:
         self.rng: dict[int, Range] = {}
         self.done: dict[int, int] = {}  # next row each op computes in this step
         self.ran: dict[int, bool] = {}  # loop (by id) -> run (True) or running (False)
+        self.step_span: dict[int, Range] = {}  # slice-held input -> rows a pass read
+        self.sweeping: set[int] = set()  # slice-held inputs of a pass running row by row
 
     def step(self, rng: dict[int, Range], last: bool) -> tuple[Action, ...]:
         b = self.b
         self.acts, self.step_weights, self.rng, self.ran = [], set(), rng, {}
+        self.step_span, self.sweeping = {}, set()
         self.done = {v: a for v, (a, _) in rng.items()}
         longest = max(rng[v][1] - rng[v][0] for v in b.sinks)
         for k in range(longest):
@@ -358,10 +441,14 @@ class _StepWriter:
         return tuple(self.acts)
 
     # -- transfers --------------------------------------------------------------------
-    def weights(self, v: int) -> None:
+    def weights(self, v: int, again: bool = False) -> None:
+        """Read op ``v``'s weights: once for the group when resident, else once per step,
+        and again for a pass that recomputes ``v`` (streamed weights are not kept)."""
         cm = self.b.cm
         w = cm.node_weights[v]
-        if not w or v in self.step_weights or (self.b.tt.resident and v in self.weights_read):
+        if not w or (self.b.tt.resident and v in self.weights_read):
+            return
+        if v in self.step_weights and not (again and not self.b.tt.resident):
             return
         self.weights_read.add(v)
         self.step_weights.add(v)
@@ -409,7 +496,7 @@ class _StepWriter:
         """Have op ``v`` computed its rows below ``upto`` (within this step's range)."""
         loops = self.loop_of.get(v, ())
         for lp in loops:
-            self.run_loop(lp)
+            self.run_loop(lp, v, upto)
         if any(v in lp.ops or v in lp.partial for lp in loops):
             return  # its loop computed every row of this step
         graph = self.graph
@@ -432,45 +519,80 @@ class _StepWriter:
                 self.acts.append(Compute(v, (r, r + 1), ch))
                 self.write(v, (r, r + 1), ch)
 
-    def run_loop(self, lp: _Loop) -> None:
-        """A slice loop: each channel slice through every member, then its readers."""
+    def run_loop(self, lp: _Loop, v: int = -1, upto: int = 0) -> None:
+        """A slice loop pass: each channel slice through every member, then its readers.
+        A pass of sliced ops runs its whole range at once (a sliced op recomputes what its
+        readers need in the step); a pass of whole ops reading a slice-held input runs one
+        row at a time, as far as op ``v``'s row ``upto`` (as those ops keep only the rows
+        their windows span)."""
         state = self.ran.get(id(lp))
-        if state is not None:
-            if not state:
-                raise ScheduleError("a slice loop reads its own output")
+        if state is False:
+            raise ScheduleError("a slice loop reads its own output")
+        if state:
             return
-        self.ran[id(lp)] = False
-        graph, rng = self.graph, self.rng
+        rng, done = self.rng, self.done
         members = sorted(lp.ops | lp.partial | set(lp.concat))
-        active = [v for v in members if rng[v][0] < rng[v][1]]
-        for v in active:
+        active = [m for m in members if rng[m][0] < rng[m][1]]
+        earlier = {t for t in self.step_span if t not in self.sweeping}
+        fresh = {m: max(self.written[m], rng[m][0]) for m in lp.ops}
+        self.ran[id(lp)] = False
+        if lp.ops & set(bits(self.b.sliced)):
+            self._sweep(lp, {m: rng[m] for m in active}, fresh, earlier)
+            for m in lp.ops | lp.partial:
+                done[m] = rng[m][1]
+            finished = True
+        else:
+            self.sweeping |= lp.tensors
+            want = min(upto, rng[v][1]) if v >= 0 else 0
+            while True:
+                rows = {m: (done[m], done[m] + 1) for m in active if done[m] < rng[m][1]}
+                if not rows or (v >= 0 and done[v] >= want):
+                    break
+                self._sweep(lp, rows, fresh, earlier)
+                for m in rows:
+                    done[m] += 1
+            finished = not any(done[m] < rng[m][1] for m in active)
+        for m in lp.ops:
+            self.written[m] = max(self.written[m], done[m])
+        if finished:
+            self.ran[id(lp)] = True
+        else:
+            del self.ran[id(lp)]  # resumed when a reader needs more rows
+
+    def _sweep(
+        self, lp: _Loop, rows: dict[int, Range], fresh: dict[int, int], earlier: set[int]
+    ) -> None:
+        """One sweep over the channel slices computing ``rows`` of each active op."""
+        graph = self.graph
+        for v, r in rows.items():
             ins = graph.nodes[v].inputs
             for i in lp.concat.get(v, range(len(ins))):
-                p = graph.tensors[ins[i]].producer
-                if p not in lp.ops:
-                    self.read_input(v, i, rng[v])
-            self.weights(v)
-        fresh = {v: max(self.written[v], rng[v][0]) for v in lp.ops}
-        pe = self.b.cm.accel.pe_unroll
+                if graph.tensors[ins[i]].producer not in lp.ops:
+                    self.read_input(v, i, r)
+            self.weights(v, again=v in lp.recompute)
         span: dict[int, Range] = {}
         for t in lp.tensors:
             lo, hi = graph.tensors[t].shape[1], 0
             for v, i in self.b.external[t]:
-                if rng[v][0] < rng[v][1]:
-                    a, z = input_rows(graph, v, i, rng[v])
+                if v in rows:
+                    a, z = input_rows(graph, v, i, rows[v])
                     if a < z:
                         lo, hi = min(lo, a), max(hi, z)
             span[t] = (lo, hi)
-        for j in range(0, lp.channels, pe) if active else ():
+        pe = self.b.cm.accel.pe_unroll
+        for j in range(0, lp.channels, pe) if rows else ():
             sl = (j, min(j + pe, lp.channels))
             for t in sorted(lp.tensors):
-                if span[t][0] < span[t][1]:
-                    self.load(t, sl, span[t][1], span[t][0])
-            for v in active:
-                a, z = rng[v]
+                lo, hi = span[t]
+                if t in earlier and lo < hi:  # an earlier pass of this step read these rows
+                    n = (hi - lo) * (sl[1] - sl[0]) * graph.tensors[t].shape[2]
+                    self.acts.append(Transfer("read", t, -1, (lo, hi), sl, n))
+                elif lo < hi:
+                    self.load(t, sl, hi, lo)
+            for v, (a, z) in rows.items():
                 if v in lp.ops:
                     self.acts.append(Compute(v, (a, z), sl))
-                    self.write(v, (fresh[v], z), sl)
+                    self.write(v, (max(fresh[v], a), z), sl)
                 elif v in lp.partial:
                     out = (0, graph.out_shape(v)[0])
                     self.acts.append(Compute(v, (a, z), out, in_channels=sl))
@@ -482,11 +604,8 @@ class _StepWriter:
                         self.write(v, (a, z), ch)
         for t in lp.tensors:
             self.loaded[t] = max(self.loaded[t], span[t][1])
-        for v in lp.partial:
-            if v in active:
-                self.write(v, rng[v], (0, graph.out_shape(v)[0]))
-                self.done[v] = rng[v][1]
-        for v in lp.ops:
-            self.written[v] = max(self.written[v], rng[v][1])
-            self.done[v] = rng[v][1]
-        self.ran[id(lp)] = True
+            prev = self.step_span.get(t, span[t])
+            self.step_span[t] = (min(prev[0], span[t][0]), max(prev[1], span[t][1]))
+        for v, r in rows.items():
+            if v in lp.partial:
+                self.write(v, r, (0, graph.out_shape(v)[0]))

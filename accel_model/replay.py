@@ -117,6 +117,10 @@ class _Plan:
                         if ch[0] >= ch[1]:
                             continue
                     rows = input_rows(graph, a.op, i, a.rows)
+                    if a.in_rows is not None:
+                        rows = (max(rows[0], a.in_rows[0]), min(rows[1], a.in_rows[1]))
+                        if rows[0] >= rows[1]:
+                            continue
                     reads.append((t, rows, ch, input_cols(graph, a.op, i, a.cols), i))
                 for t, ch in _output_channels(graph, a.op, a.channels):
                     defines.append((t, a.rows, ch, a.cols or (0, tensors[t].shape[2]), -1))
@@ -139,7 +143,7 @@ class _Plan:
         live: set[Cell] = set()
         for idx in range(len(self.actions) - 1, -1, -1):
             a = self.actions[idx][2]
-            accum = isinstance(a, Compute) and a.in_channels is not None
+            accum = isinstance(a, Compute) and _accumulates(graph, a)
             defined = self.defines[idx]
             # a defined cell no later action reads dies where it is made
             dying = self.dying[idx]
@@ -152,6 +156,14 @@ class _Plan:
                     if c not in dying:
                         dying.append(c)
                     live.add(c)
+
+
+def _accumulates(graph: OpGraph, a: Compute) -> bool:
+    """Whether compute ``a`` is a partial pass (over input rows, or input channels of an
+    op that reduces over them) that accumulates into its outputs."""
+    if a.in_rows is not None:
+        return True
+    return a.in_channels is not None and reduces_over_inputs(graph, a.op)
 
 
 def _output_channels(graph: OpGraph, v: int, channels: Range) -> list[tuple[int, Range]]:
@@ -291,7 +303,7 @@ class _Run:
         for c in self.plan.dying[idx]:
             if self.region_of.get(c[0]) in out_region and c[0] in node.inputs:
                 self.release(c, at)
-        accum = a.in_channels is not None and reduces_over_inputs(graph, v)
+        accum = _accumulates(graph, a)
         for c in self.plan.defines[idx]:
             if not accum:
                 self.place(c, at)
@@ -306,12 +318,13 @@ class _Run:
                 )
             got = self.partial[c]
             for cell, i in self.plan.reads[idx]:
-                got.setdefault(i, set()).add(cell[2])
-            if all(seg <= got.get(i, set()) for i, seg in self.required(a, c).items()):
+                got.setdefault(i, set()).add((cell[1], cell[2]))
+            if all(need <= got.get(i, set()) for i, need in self.required(a, c).items()):
                 del self.partial[c]
 
-    def required(self, a: Compute, c: Cell) -> dict[int, set[int]]:
-        """Per input, the channel segments cell ``c`` of ``a.op``'s output reads in all."""
+    def required(self, a: Compute, c: Cell) -> dict[int, set[tuple[int, int]]]:
+        """Per input, the (row, channel segment) pairs cell ``c`` of ``a.op``'s output reads
+        in all: what its partial passes must have consumed before it is complete."""
         graph, v = self.graph, a.op
         offset = 0
         for t in graph.nodes[v].outputs:
@@ -322,8 +335,12 @@ class _Run:
         channels = (ch[c[2]] + offset, ch[c[2] + 1] + offset)
         need = {}
         for i, t in enumerate(graph.nodes[v].inputs):
-            lo, hi = input_channels(graph, v, i, channels)
-            need[i] = set(_Segments._span(self.seg[t].ch, (lo, hi))) if t in self.seg else set()
+            if t not in self.seg:
+                need[i] = {(-1, -1)}  # never read: the cell cannot complete
+                continue
+            segs = _Segments._span(self.seg[t].ch, input_channels(graph, v, i, channels))
+            rows = range(*input_rows(graph, v, i, (c[1], c[1] + 1)))
+            need[i] = {(r, k) for r in rows for k in segs}
         return need
 
     def release(self, c: Cell, at: str) -> None:
