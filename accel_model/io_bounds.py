@@ -131,7 +131,7 @@ def contraction(graph: OpGraph, v: int) -> Contraction | None:
     return conv_contraction(graph, v) or linear_contraction(graph, v)
 
 
-def segment_capacity(s: float, t: float, mu: np.ndarray | float) -> np.ndarray:
+def segment_capacity(s: float, t: np.ndarray | float, mu: np.ndarray | float) -> np.ndarray:
     """Psi(mu) = max over c in [0, S], u >= 0 of ((S + t - c) / 2) sqrt(c + u) - mu u: what
     one segment of ``t`` operand loads can compute (over sqrt(rho)), less ``mu`` per output
     it brings in. For a fixed c the best u is interior or 0, which makes a convex piece
@@ -151,7 +151,9 @@ def segment_capacity(s: float, t: float, mu: np.ndarray | float) -> np.ndarray:
     return np.maximum.reduce([value(0.0), value(switch), value(float(s)), value(peak)])
 
 
-def pebble_bound_at(c: Contraction, s: int, t: int, mu: np.ndarray | float) -> np.ndarray:
+def pebble_bound_at(
+    c: Contraction, s: int, t: np.ndarray | int, mu: np.ndarray | float
+) -> np.ndarray:
     """The bound for segments of ``t`` operand loads and multiplier ``mu`` (any t >= 1 and
     mu > 0 give a valid bound): ``O + max(0, A - Psi) * min(t / Psi, 1 / mu)`` with
     ``A = MACs / sqrt(rho) - mu * O`` (docs/cost-model.md, "I/O lower bounds")."""
@@ -160,17 +162,16 @@ def pebble_bound_at(c: Contraction, s: int, t: int, mu: np.ndarray | float) -> n
     return c.outputs + excess * np.minimum(t / psi, 1 / np.asarray(mu, dtype=float))
 
 
-def _best_on(c: Contraction, s: int, t_steps: np.ndarray, mu_steps: np.ndarray, t0: float,
-             mu0: float) -> tuple[float, float, float]:  # fmt: skip
-    """The largest bound on the grid t = t0 * 2^t_steps, mu = mu0 * 2^mu_steps: (value, t, mu)."""
-    best = (-1.0, 1.0, 1.0)
-    mus = mu0 * np.exp2(mu_steps)
-    for t in sorted({max(1, round(t0 * 2.0**k)) for k in t_steps}):
-        values = pebble_bound_at(c, s, t, mus)
-        i = int(np.argmax(values))  # the first maximum: deterministic ties
-        if values[i] > best[0]:
-            best = (float(values[i]), float(t), float(mus[i]))
-    return best
+def _best_on(
+    c: Contraction, s: int, t_steps: np.ndarray, mu_steps: np.ndarray, t0: float, mu0: float
+) -> tuple[float, float, float]:
+    """The largest bound on the grid t = t0 * 2^t_steps (rounded to whole loads),
+    mu = mu0 * 2^mu_steps: (value, t, mu), the first maximum in grid order."""
+    ts = np.unique(np.maximum(1, np.round(t0 * np.exp2(t_steps))))[:, None]
+    mus = (mu0 * np.exp2(mu_steps))[None, :]
+    values = pebble_bound_at(c, s, ts, mus)
+    i, j = np.unravel_index(int(np.argmax(values)), values.shape)
+    return float(values[i, j]), float(ts[i, 0]), float(mus[0, j])
 
 
 def pebble_bound(c: Contraction, s: int) -> int:

@@ -6,19 +6,26 @@ cheapest loop order the buffer allows, as an accelerator compiler (or Optimus) w
 order moves the layer's io and weights at least once; they differ in what they re-read:
 
 * ``row-bands``: split the width into ``n`` column strips (``n = 1`` when a whole row fits)
-  and each strip's height into bands of ``h`` output rows whose input rows fit; every weight
-  streams once per band of every strip, and so does what a whole-input op reads in full;
+  and each strip's height into bands of ``h`` output rows whose input window (halo columns
+  included) fits; every weight streams once per band of every strip, and so does what a
+  whole-input op reads in full; a strip re-reads its halo columns;
 * ``channel-passes``: hold the weights of ``m`` output channels and the input window of one
   output row, re-read the whole input once per pass;
-* ``output-tiles``: keep the partial sums of ``m`` output channels x ``p`` positions on chip
-  while the input channels stream by: weights are read once per position tile, the input
-  once per channel tile (the classic output-stationary tiling of a matmul);
-* ``streaming``: one output channel at a time with its input streamed through (always
-  possible): the input is re-read once per output channel.
+* ``output-tiles``: keep the partial sums of ``m`` output channels x a tile of positions (a
+  band of whole rows, or a segment of one row) on chip while the input channels stream by,
+  each staging its weights for the ``m`` channels and its window for the tile: weights are
+  read once per position tile, each tile's input window once per channel tile (the classic
+  output-stationary tiling of a matmul);
+* ``streaming``: one output channel at a time, the partial sums of a band of its rows on
+  chip, the input of its group streamed through (each element scattered into the sums it
+  feeds): the input is re-read once per output channel;
+* ``direct``: one output element at a time, its inputs and weights read for each MAC (the
+  last resort, needing no buffer: the MAC's operands sit in PE registers).
 
-Each order's traffic is non-increasing in the buffer (the strip counts tried are fixed per
-layer) and the cost is their minimum, so the single-layer cost never rises with the buffer
-and never falls below ``io + weights``.
+Each order's traffic is non-increasing in the buffer (the strip and channel counts tried are
+fixed per layer) and the cost is their minimum, so the single-layer cost never rises with
+the buffer and never falls below ``io + weights``. Every order holds what it computes from:
+its costs are checked against the I/O lower bounds of docs/cost-model.md, "I/O lower bounds".
 """
 
 from __future__ import annotations
@@ -31,11 +38,16 @@ from fusionplan.ir.graph import Node, OpGraph
 
 
 class LayerTiling(NamedTuple):
-    """The chosen loop order of one layer and its traffic (elements, not bytes)."""
+    """The chosen loop order of one layer, its traffic and what it holds (elements, not
+    bytes); the block sizes are what its schedule lays out (accel_model/schedule_layer.py)."""
 
-    order: str  # "row-bands" | "channel-passes" | "output-tiles" | "streaming"
+    order: str  # "row-bands" | "channel-passes" | "output-tiles" | "streaming" | "direct"
     repeats: int  # weight reads (strips x bands), input reads (passes, channels) or tiles
     dram: int  # io + weights + re-reads, elements
+    held: int = 0  # elements held at once, as its fit test counts them (0: no fit test)
+    rows: int = 0  # output rows of a block: a band, a tile, a pass's one row
+    cols: int = 0  # output columns of a block: the widest strip, a tile's, the whole width
+    channels: int = 0  # output channels of a block: a pass's or tile's m, all, or one
 
 
 class LayerGeometry(NamedTuple):
@@ -49,10 +61,11 @@ class LayerGeometry(NamedTuple):
     out_row: int  # C_out * W_out: one output row
     out_width: int
     window: tuple[float, float]  # (K, S): input rows for h output rows = (h - 1) S + K
-    in_rows: tuple[tuple[int, int], ...]  # per input: (row elements C*W, height)
+    in_shapes: tuple[tuple[int, int, int], ...]  # per input: (C, H, W)
+    col_window: tuple[int, int] | None  # conv/pool (span, stride) along W; None: proportional
+    even_split: bool  # an activation matmul: a strip of output columns reads its share of all
     groups: int  # a grouped conv's output channels read only their group's input channels
     channel_weights: int  # weights per (output channel, input channel): K_h * K_w for a conv
-    staged_rows: int  # input rows of one input channel one output position reads
     whole: int  # input elements every band or strip must read in full (whole-input ops)
     whole_rereads: int  # extra reads of ``whole`` when a weightless op streams
 
@@ -64,26 +77,39 @@ def layer_geometry(graph: OpGraph, v: int, io: int, weights: int | None = None) 
     node = graph.nodes[v]
     c_out, h_out, w_out = graph.out_shape(v)
     ins = [tensors[t].shape for t in node.inputs]
-    k, s = window = row_window(graph, v)
+    weights = node.weights if weights is None else weights
+    col_window = None
+    if node.kind in ("conv", "pool") and node.op_type != "ConvTranspose":
+        col_window = ((node.kernel[1] - 1) * node.dilation[1] + 1, node.stride[1])
     return LayerGeometry(
         io=io,
         inputs=sum(c * h * w for c, h, w in ins),
-        weights=node.weights if weights is None else weights,
+        weights=weights,
         out_channels=max(c_out, 1),
         out_height=max(h_out, 1),
         out_row=c_out * w_out,
-        out_width=w_out,
-        window=window,
-        in_rows=tuple((c * w, h) for c, h, w in ins),
+        out_width=max(w_out, 1),
+        window=row_window(graph, v),
+        in_shapes=tuple(ins),
+        col_window=col_window,
+        even_split=is_activation_matmul(node),
         groups=max(node.groups, 1),
-        # per (output, input) channel pair: the kernel; a bias is not staged per input channel
-        channel_weights=node.kernel[0] * node.kernel[1] if node.kind == "conv" else 1,
-        staged_rows=max((input_rows(k, s, 1, h) for _, h, _ in ins), default=1),
+        channel_weights=_channel_weights(node, weights, c_out, ins),
         whole=_whole_input_elements(node, ins),
         # a matmul of two activations re-reads its second operand per output row; any other
         # whole-input op needs one more pass (e.g. a softmax's max/sum, then normalise)
         whole_rereads=max(h_out - 1, 1) if is_activation_matmul(node) else 1,
     )
+
+
+def _channel_weights(node: Node, weights: int, c_out: int, ins: list[tuple[int, int, int]]) -> int:
+    """Weights per (output, input) channel pair: the kernel of a conv (a bias is not staged
+    per input channel), the weights a linear layer's output reads from one input channel
+    (1 for a token's features, the map of a classifier over a flattened map)."""
+    if node.kind == "conv":
+        return node.kernel[0] * node.kernel[1]
+    c_in = ins[0][0] if ins else 1
+    return max(1, weights // max(c_out * c_in, 1))
 
 
 def _whole_input_elements(node: Node, ins: list[tuple[int, int, int]]) -> int:
@@ -97,10 +123,59 @@ def _whole_input_elements(node: Node, ins: list[tuple[int, int, int]]) -> int:
     return sum(c * h * w for c, h, w in ins)
 
 
-def window_elements(geo: LayerGeometry, h: int) -> int:
-    """Feature elements held to produce ``h`` output rows: the output rows and their inputs."""
+def input_cols(geo: LayerGeometry, i: int, cols: int) -> int:
+    """Columns of input ``i`` that ``cols`` adjacent output columns read: the whole row for
+    a full-width block, a conv's or pool's window ``(cols - 1) * stride + span``, the same
+    columns for an op of the input's width, a broadcast input's one column, else the
+    proportional columns and two more (a resize's taps)."""
+    width = geo.in_shapes[i][2]
+    if cols >= geo.out_width:
+        return width
+    if geo.col_window is not None:
+        span, stride = geo.col_window
+        return min(width, (cols - 1) * stride + span)
+    if width == geo.out_width or width == 1:
+        return min(width, cols)
+    return min(width, -(-cols * width // geo.out_width) + 2)
+
+
+def _rows_in(geo: LayerGeometry, i: int, rows: int) -> int:
+    """Rows of input ``i`` that ``rows`` adjacent output rows read."""
     k, s = geo.window
-    return geo.out_row * h + sum(row * input_rows(k, s, h, height) for row, height in geo.in_rows)
+    return input_rows(k, s, rows, geo.in_shapes[i][1])
+
+
+def _blocks(total: int, size: int) -> list[tuple[int, int]]:
+    """``total`` split into blocks of ``size`` (the last one shorter): (block size, count)."""
+    full, rest = divmod(total, size)
+    return [(size, full)] + ([(rest, 1)] if rest else [])
+
+
+def _halo(geo: LayerGeometry, row_block: int, col_block: int) -> int:
+    """Input elements read beyond each input once when the output is cut into blocks of
+    ``row_block`` rows x ``col_block`` columns, each block reading its whole window: the
+    halo rows and columns shared by neighbouring blocks (none for an activation matmul, whose
+    column strips split its inputs: it re-reads what it reads in full instead)."""
+    if geo.even_split:
+        return 0
+    extra = 0
+    for i, (c, h, w) in enumerate(geo.in_shapes):
+        rows = sum(n * _rows_in(geo, i, r) for r, n in _blocks(geo.out_height, row_block))
+        cols = sum(n * input_cols(geo, i, q) for q, n in _blocks(geo.out_width, col_block))
+        extra += c * max(0, rows * cols - h * w)
+    return extra
+
+
+def window_elements(geo: LayerGeometry, h: int, cols: int | None = None) -> int:
+    """Feature elements held to produce ``h`` output rows over ``cols`` output columns
+    (default: the whole width): the output block and the input window it reads."""
+    cols = geo.out_width if cols is None else min(cols, geo.out_width)
+    if geo.even_split and cols < geo.out_width:
+        return -(-window_elements(geo, h) * cols // geo.out_width)
+    held = geo.out_row * h * cols // geo.out_width
+    for i, (c, _, _) in enumerate(geo.in_shapes):
+        held += c * _rows_in(geo, i, h) * input_cols(geo, i, cols)
+    return held
 
 
 def _fits(elements: int, b: int, beta: int) -> bool:
@@ -118,37 +193,41 @@ def tile_counts(width: int) -> list[int]:
     return sorted(c for c in counts if 1 <= c <= width)
 
 
-def _bands(geo: LayerGeometry, strips: int, b: int, beta: int) -> int | None:
-    """Bands per strip: H_out over the tallest band whose window (split into ``strips``
-    column strips) fits, or None if not even one row does."""
-
-    def fits(h: int) -> bool:
-        return _fits(-(-window_elements(geo, h) // strips), b, beta)
-
-    if not fits(1):
-        return None
-    lo, hi = 1, geo.out_height  # the window grows with h: binary search the tallest band
+def _tallest(fits, top: int) -> int:
+    """The largest ``h <= top`` with ``fits(h)`` (``fits`` is monotone), 0 if none."""
+    if top < 1 or not fits(1):
+        return 0
+    lo, hi = 1, top
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if fits(mid):
             lo = mid
         else:
             hi = mid - 1
-    return math.ceil(geo.out_height / lo)
+    return lo
+
+
+def _band_height(geo: LayerGeometry, width: int, b: int, beta: int) -> int:
+    """The tallest band of a strip ``width`` output columns wide whose window fits (0: none)."""
+    return _tallest(lambda h: _fits(window_elements(geo, h, width), b, beta), geo.out_height)
 
 
 def _row_bands(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
     best: LayerTiling | None = None
-    for strips in tile_counts(max(geo.out_width, 1)):
-        bands = _bands(geo, strips, b, beta)
-        if bands is None:
+    widths = sorted({-(-geo.out_width // n) for n in tile_counts(geo.out_width)}, reverse=True)
+    for width in widths:  # strips of ``width`` columns (the last one narrower)
+        h = _band_height(geo, width, b, beta)
+        if h == 0:
             continue
-        repeats = strips * bands
-        if best is None or repeats < best.repeats:
-            dram = geo.io + (geo.weights + geo.whole) * repeats - geo.whole
-            best = LayerTiling("row-bands", repeats, dram)
+        bands = math.ceil(geo.out_height / h)
+        repeats = math.ceil(geo.out_width / width) * bands
+        halo = _halo(geo, geo.out_height, width)  # rows roll down a strip: columns only
+        dram = geo.io + halo + (geo.weights + geo.whole) * repeats - geo.whole
+        if best is None or dram < best.dram:
+            held = window_elements(geo, h, width)
+            best = LayerTiling("row-bands", repeats, dram, held, h, width, geo.out_channels)
         if bands == 1:
-            break  # more strips only re-read the weights more often
+            break  # more strips only re-read the weights and halos more often
     return best
 
 
@@ -164,52 +243,112 @@ def _channel_passes(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None
     if m < 1:
         return None
     passes = math.ceil(geo.out_channels / m)
-    return LayerTiling("channel-passes", passes, geo.io + geo.weights + geo.inputs * (passes - 1))
+    dram = geo.io + geo.weights + geo.inputs * (passes - 1)
+    held = m * per_channel + in_window
+    return LayerTiling("channel-passes", passes, dram, held, 1, geo.out_width, m)
+
+
+def _channel_window(geo: LayerGeometry, rows: int, cols: int) -> int:
+    """The window one input channel stages for a block of output positions (the largest
+    over the inputs)."""
+    return max(
+        (_rows_in(geo, i, rows) * input_cols(geo, i, cols) for i in range(len(geo.in_shapes))),
+        default=0,
+    )
+
+
+def _position_tile(geo: LayerGeometry, m: int, b: int, beta: int) -> tuple[int, int] | None:
+    """The largest tile of positions (rows, columns) whose partial sums for ``m`` channels
+    fit beside one input channel's staged weights and window: the tallest band of whole
+    rows, else the widest segment of one row; None if not even one position fits."""
+    staged = m * geo.channel_weights
+
+    def fits(rows: int, cols: int) -> bool:
+        return _fits(staged + m * rows * cols + _channel_window(geo, rows, cols), b, beta)
+
+    width = geo.out_width
+    rows = _tallest(lambda r: fits(r, width), geo.out_height)
+    if rows:
+        return rows, width
+    cols = _tallest(lambda q: fits(1, q), width - 1)
+    return (1, cols) if cols else None
 
 
 def _output_tiles(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
-    """Output-stationary tiling: partial sums of ``m`` channels x ``p`` positions stay on chip
-    while the input channels stream by, each staging its weights for the ``m`` channels and
-    its window for the ``p`` positions. Weights are read once per position tile, the input
-    once per channel tile (a grouped conv's tile reads only its groups' inputs)."""
+    """Output-stationary tiling: partial sums of ``m`` channels x a tile of positions stay on
+    chip while the input channels stream by, each staging its weights for the ``m`` channels
+    and its window for the tile. A tile is a band of ``r`` whole rows, or (when one row does
+    not fit) a segment of ``q`` columns of one row. Weights are read once per position tile,
+    each tile's window once per channel tile (a grouped conv's tile reads only its groups'
+    inputs); neighbouring tiles re-read their shared halo."""
     if geo.weights == 0:
         return None
-    positions = geo.out_height * max(geo.out_width, 1)
     best: LayerTiling | None = None
     for m in tile_counts(geo.out_channels):
-        staged = b * m * geo.channel_weights
-        p = min(positions, (beta - 1 - staged) // (b * (m + geo.staged_rows)))
-        if p < 1:
+        block = _position_tile(geo, m, b, beta)
+        if block is None:
             continue
-        channel_tiles = math.ceil(geo.out_channels / m)
-        position_tiles = math.ceil(positions / p)
-        input_reads = math.ceil(channel_tiles / geo.groups)
-        dram = geo.io + geo.weights * position_tiles + geo.inputs * (input_reads - 1)
+        tiles = math.ceil(geo.out_height / block[0]) * math.ceil(geo.out_width / block[1])
+        input_reads = math.ceil(math.ceil(geo.out_channels / m) / geo.groups)
+        reads = geo.inputs + _halo(geo, *block)
+        dram = geo.io - geo.inputs + geo.weights * tiles + reads * input_reads
         if best is None or dram < best.dram:
-            best = LayerTiling("output-tiles", channel_tiles * position_tiles, dram)
+            staged = m * geo.channel_weights
+            held = staged + m * block[0] * block[1] + _channel_window(geo, *block)
+            repeats = math.ceil(geo.out_channels / m) * tiles
+            best = LayerTiling("output-tiles", repeats, dram, held, *block, m)
     return best
 
 
-def _streaming(geo: LayerGeometry) -> LayerTiling:
+def _streaming(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
+    """One output channel at a time: a band of its rows' partial sums on chip beside the
+    weights of one (output, input) channel pair, the input of its group streamed through
+    once per band (a weightless op: one pass, plus its whole-input re-reads)."""
     if geo.weights == 0:
         reads = geo.whole_rereads if geo.whole else 0
         return LayerTiling("streaming", 1 + reads, geo.io + geo.whole * reads)
-    reads = geo.out_channels
-    return LayerTiling("streaming", reads, geo.io + geo.weights + geo.inputs * (reads - 1))
+    width = geo.out_width
+    rows = _tallest(lambda r: _fits(r * width + geo.channel_weights, b, beta), geo.out_height)
+    if rows == 0:
+        return None
+    bands = math.ceil(geo.out_height / rows)
+    per_channel = geo.inputs + _halo(geo, rows, width)  # the input once, with band halos
+    passes = math.ceil(geo.out_channels / geo.groups)  # a channel reads its group's inputs
+    dram = geo.io - geo.inputs + geo.weights * bands + per_channel * passes
+    held = rows * width + geo.channel_weights
+    return LayerTiling("streaming", geo.out_channels * bands, dram, held, rows, width, 1)
+
+
+def _direct(geo: LayerGeometry) -> LayerTiling:
+    """Each output element alone, its inputs and weights read for every MAC: at most the
+    weights of its channel, twice (inputs and weights), per output element."""
+    outputs = geo.out_channels * geo.out_height * geo.out_width
+    per_output = math.ceil(geo.weights / geo.out_channels)
+    return LayerTiling("direct", outputs, geo.io + 2 * per_output * outputs)
+
+
+def loop_orders(geo: LayerGeometry, b: int, beta: int) -> list[LayerTiling]:
+    """Every loop order the buffer allows for the layer, in the tie-break order (row bands,
+    channel passes, output tiles, streaming, direct); a weightless op always streams, an op
+    with weights can always run direct."""
+    options = [
+        _row_bands(geo, b, beta),
+        _channel_passes(geo, b, beta),
+        _output_tiles(geo, b, beta),
+        _streaming(geo, b, beta),
+    ]
+    if geo.weights:
+        options.append(_direct(geo))
+    return [o for o in options if o is not None]
 
 
 def single_layer_tiling(geo: LayerGeometry, b: int, beta: int) -> LayerTiling:
     """The cheapest loop order of one layer at buffer ``beta`` bytes (``b`` bytes/element).
 
-    Ties prefer the earlier order (row bands, channel passes, output tiles, streaming).
+    Ties prefer the earlier order (row bands, channel passes, output tiles, streaming,
+    direct).
     """
-    options = [
-        _row_bands(geo, b, beta),
-        _channel_passes(geo, b, beta),
-        _output_tiles(geo, b, beta),
-        _streaming(geo),
-    ]
-    return min((o for o in options if o is not None), key=lambda o: o.dram)
+    return min(loop_orders(geo, b, beta), key=lambda o: o.dram)
 
 
 def optimus_blocking(
