@@ -204,7 +204,7 @@ UNARY: dict[str, Callable[..., Array]] = {
     "Abs": lambda n, a, x: np.abs(x),
     "Mish": lambda n, a, x: x * np.tanh(_softplus(x)),
     "ThresholdedRelu": lambda n, a, x: np.where(x > a.get("alpha", 1.0), x, 0.0 * x),
-    "Cast": lambda n, a, x: x,
+    "Cast": lambda n, a, x: x.astype(helper.tensor_dtype_to_np_dtype(a["to"])).astype(np.float64),
 }
 """Unary activations: ``fn(node, attrs, x, *settings)``."""
 
@@ -351,7 +351,7 @@ def _pad(node, attrs, x, pads, value=None, axes=None):
     return np.pad(x, widths, constant_values=fill)
 
 
-def _split(node, attrs, x, split=None, *, opset: int, outputs: int):
+def _split(node, attrs, x, split=None, *, outputs: int):
     axis = int(attrs.get("axis", 0)) % x.ndim
     if split is None:
         split = attrs.get("split")
@@ -405,7 +405,7 @@ def run_onnx_op(node: onnx.NodeProto, inputs: Sequence[Array | None], opset: int
     if op in REDUCERS:
         return [_reduce(node, attrs, *args, opset=opset)]
     if op == "Split":
-        return _split(node, attrs, *args, opset=opset, outputs=len(node.output))
+        return _split(node, attrs, *args, outputs=len(node.output))
     if op in SIMPLE:
         return [SIMPLE[op](node, attrs, *args)]
     raise ModelError(f"op {op} (node '{node.name}') is not supported by the numeric replay")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -50,6 +50,9 @@ class NumericGraph:
     constants: Mapping[str, np.ndarray]
     shapes: Mapping[str, Dims | None]
     opset: int
+    _dependence: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @staticmethod
     def from_model(model: onnx.ModelProto, name: str = "model") -> NumericGraph:
@@ -151,6 +154,38 @@ class NumericGraph:
             for t, value in zip(node.outputs, self.evaluate(v, values), strict=True):
                 values[t] = value
         return values
+
+    def dependence(self, v: int, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which elements of op ``v``'s ``i``-th input its outputs read, axis by axis: input
+        channels per output channel (several outputs stacked), input rows per output row,
+        input columns per output column (boolean matrices, output x input). Found by
+        poisoning one input channel, row or column at a time with NaN on a zero input, so it
+        is the op's own dependence, not a formula's; exact for ops whose dependence is a
+        product over the axes (windows, channel groups, broadcasts), a superset otherwise."""
+        if (v, i) in self._dependence:
+            return self._dependence[v, i]
+        node, tensors = self.graph.nodes[v], self.graph.tensors
+        t = node.inputs[i]
+        zeros = {u: np.zeros(tensors[u].shape) for u in node.inputs}
+
+        def reached(axis: int, lane: int) -> np.ndarray:
+            probe = dict(zeros)
+            probe[t] = zeros[t].copy()
+            np.moveaxis(probe[t], axis, 0)[lane] = np.nan
+            outs = self.evaluate(v, probe)
+            if axis == 0:
+                hit = np.concatenate([np.isnan(o).any(axis=(1, 2)) for o in outs])
+            else:
+                other = (0, 2) if axis == 1 else (0, 1)
+                hit = np.any([np.isnan(o).any(axis=other) for o in outs], axis=0)
+            return hit
+
+        found = tuple(
+            np.stack([reached(axis, k) for k in range(size)], axis=1)
+            for axis, size in enumerate(tensors[t].shape)
+        )
+        self._dependence[v, i] = found  # type: ignore[assignment]
+        return found  # type: ignore[return-value]
 
     def weight_elements(self, v: int, channels: tuple[int, int]) -> int:
         """Weight elements op ``v`` needs to produce output ``channels``: its constant

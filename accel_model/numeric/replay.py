@@ -27,7 +27,13 @@ from typing import NamedTuple
 import numpy as np
 
 from accel_model.base import CostModel
-from accel_model.numeric.buffer import Block, RegionSlots, block_index, block_size
+from accel_model.numeric.buffer import (
+    Block,
+    PoolRegion,
+    RingRegion,
+    block_index,
+    block_size,
+)
 from accel_model.numeric.network import Chw, NumericGraph
 from accel_model.replay import ReplayError
 from accel_model.schedule import (
@@ -51,6 +57,10 @@ class Fold(NamedTuple):
     fill: float
     offset: bool
 
+
+POOL_ORDERS = ("layer:", "epilogue:")
+"""Loop orders whose regions are pools of elements (sized to the most they hold at once)
+rather than rings of rows x channels x columns: a single layer's orders."""
 
 SUM = Fold(np.add, 0.0, True)
 FOLDS: dict[str, Fold] = {
@@ -126,13 +136,17 @@ class _Run:
     ) -> None:
         self.net, self.cm, self.schedule, self.dram = numeric, cost_model, schedule, dram
         self.graph = numeric.graph
-        self.regions: list[RegionSlots] = []
+        self.regions: list[RingRegion | PoolRegion] = []
         self.weight_room: dict[int, int] = {}
+        pools = schedule.order.startswith(POOL_ORDERS)
+        shapes = {i: t.shape for i, t in enumerate(self.graph.tensors)}
         for r in schedule.regions:
             if r.kind == "weights":
                 self.weight_room[r.key] = self.weight_room.get(r.key, 0) + r.elements
+            elif pools:
+                self.regions.append(PoolRegion(r, {t: shapes[t] for t in (r.key, *r.aliases)}))
             else:
-                self.regions.append(RegionSlots(r))
+                self.regions.append(RingRegion(r))
         self.resident_weights: dict[int, np.ndarray] = {}
         self.streamed_weights: dict[int, np.ndarray] = {}
         self.loaded_weights: dict[int, int] = {}
@@ -150,7 +164,7 @@ class _Run:
     def name(self, tensor: int) -> str:
         return self.graph.tensors[tensor].name
 
-    def holders(self, tensor: int) -> list[RegionSlots]:
+    def holders(self, tensor: int) -> list[RingRegion | PoolRegion]:
         return [r for r in self.regions if tensor in r.holds]
 
     def block(self, tensor: int, rows, channels, cols) -> Block:
@@ -178,11 +192,19 @@ class _Run:
 
     # -- the run ------------------------------------------------------------------------
     def run(self) -> GroupReplay:
+        s = self.schedule
+        self.where = "at its start"
+        if s.peak_bytes > s.buffer_bytes:
+            raise self.fail(f"its regions take {s.peak_bytes} B of a {s.buffer_bytes} B buffer")
         computes = transfers = 0
+        clock = 0
         for index, step in enumerate(self.schedule.steps):
             self.streamed_weights, self.unbuffered = {}, {}
             for action in step.actions:
                 self.where = _where(self.graph, index, step, action)
+                for region in self.regions:
+                    region.clock = clock
+                clock += 1
                 if isinstance(action, Compute):
                     self.compute(action)
                     computes += 1
@@ -191,6 +213,7 @@ class _Run:
                     transfers += 1
         self.where = "at its end"
         self.check_outputs()
+        self.check_pools(clock)
         if dict(self.schedule.dram) != self.traffic:
             raise self.fail(f"claims traffic {dict(self.schedule.dram)} but moves {self.traffic}")
         return GroupReplay(
@@ -216,6 +239,7 @@ class _Run:
             for region in holders:
                 self.guarded(region.store, t.tensor, block, self.dram.values[t.tensor][index])
             return
+        self.touch(t.tensor, block)
         value = self.resident(t.tensor)
         if t.tensor in self.unbuffered:
             value = np.where(np.isnan(value), self.unbuffered[t.tensor], value)
@@ -244,7 +268,7 @@ class _Run:
                 f"counts {t.elements} weight elements for channels {c0}..{c1} of "
                 f"'{node.name}', which needs {expected}"
             )
-        if v in self.weight_room:
+        if v in self.weight_room and self.schedule.weights_resident:
             self.loaded_weights[v] = self.loaded_weights.get(v, 0) + t.elements
             if self.loaded_weights[v] > self.weight_room[v]:
                 raise self.fail(
@@ -272,9 +296,8 @@ class _Run:
             raise self.fail(f"computes '{node.name}', which is not in the group")
         if not self.has_weights(v, c.channels):
             raise self.fail(f"computes '{node.name}' without the weights of its channels")
-        if c.in_channels is not None and c.in_rows is not None:
-            raise self.fail("a pass over a slice of input channels and of input rows at once")
         inputs = {t: self.resident(t) for t in node.inputs}
+        self.touch_inputs(c)
         if c.in_channels is None and c.in_rows is None:
             outs = self.net.evaluate(v, inputs)
             for t, block in self.out_blocks(c):
@@ -296,7 +319,7 @@ class _Run:
             got = outs[k][block_index(block)]
             if np.isnan(got).any():
                 raise self.fail(self.diagnose(v, inputs, t, block))
-            needed = self.needed_lanes(c, block, passed.size)
+            needed = self.needed_lanes(v, t, block)
             holders = self.holders(t)
             if not holders:
                 raise self.fail(f"accumulates '{self.name(t)}', which has no region")
@@ -306,7 +329,64 @@ class _Run:
                 )
                 if fold.offset:
                     total = total + self.offset(v)[k][block_index(block)]
-                region.finish(block, done, total)
+                region.finish(t, block, done, total)
+
+    def touch(self, tensor: int, block: Block) -> None:
+        """Record a read of ``block`` of ``tensor`` in the pool regions holding it."""
+        mask = np.zeros(self.graph.tensors[tensor].shape, bool)
+        mask[block_index(block)] = True
+        for region in self.holders(tensor):
+            if isinstance(region, PoolRegion):
+                region.touch(tensor, mask)
+
+    def touch_inputs(self, c: Compute) -> None:
+        """Record, in the pool regions, the input elements compute ``c`` reads: by the op's
+        own dependence, within the pass's input channels and rows."""
+        node = self.graph.nodes[c.op]
+        pooled = [
+            (i, t)
+            for i, t in enumerate(node.inputs)
+            if any(isinstance(r, PoolRegion) for r in self.holders(t))
+        ]
+        if not pooled:
+            return
+        blocks = self.out_blocks(c)
+        for i, t in pooled:
+            chans, rows, cols = self.net.dependence(c.op, i)
+            need_c = np.zeros(chans.shape[1], bool)
+            need_r = np.zeros(rows.shape[1], bool)
+            need_w = np.zeros(cols.shape[1], bool)
+            start = 0
+            for out in node.outputs:
+                size = self.graph.tensors[out].shape[0]
+                for u, ((c0, c1), (r0, r1), (w0, w1)) in blocks:
+                    if u == out:
+                        need_c |= chans[start + c0 : start + c1].any(axis=0)
+                        need_r |= rows[r0:r1].any(axis=0)
+                        need_w |= cols[w0:w1].any(axis=0)
+                start += size
+            for lanes, need in ((c.in_channels, need_c), (c.in_rows, need_r)):
+                if lanes is not None:
+                    need[: lanes[0]] = False
+                    need[lanes[1] :] = False
+            mask = need_c[:, None, None] & need_r[None, :, None] & need_w[None, None, :]
+            for region in self.holders(t):
+                if isinstance(region, PoolRegion):
+                    region.touch(t, mask)
+
+    def check_pools(self, actions: int) -> None:
+        """Every pool region holds at most its elements live at once."""
+        flat = [(si, a) for si, step in enumerate(self.schedule.steps) for a in step.actions]
+        for region in self.regions:
+            if isinstance(region, PoolRegion):
+                live, at = region.peak(actions)
+                if live > region.region.elements:
+                    si, action = flat[min(at, len(flat) - 1)]
+                    self.where = _where(self.graph, si, self.schedule.steps[si], action)
+                    raise self.fail(
+                        f"the region of '{self.name(region.region.key)}' holds {live} live "
+                        f"elements, over its {region.region.elements}"
+                    )
 
     def out_blocks(self, c: Compute) -> list[tuple[int, Block]]:
         """The output tensors a compute defines and its block of each (a multi-output op's
@@ -332,33 +412,40 @@ class _Run:
             self.guarded(region.store, tensor, block, values)
 
     def mask_lanes(self, c: Compute, inputs: dict[int, Chw], fill: float) -> np.ndarray:
-        """Set every input lane (channel or row) outside the pass's slice to ``fill`` and
-        return the slice as a mask over the lanes."""
+        """Set every input element outside the pass's input channels and rows to ``fill``
+        and return the pass as a mask over the lanes (input channel x input row, flat)."""
         node = self.graph.nodes[c.op]
-        axis, (lo, hi) = (0, c.in_channels) if c.in_channels is not None else (1, c.in_rows)
-        sizes = {self.graph.tensors[t].shape[axis] for t in node.inputs}
-        if len(sizes) != 1:
+        shapes = {self.graph.tensors[t].shape[:2] for t in node.inputs}
+        if len(shapes) != 1:
             raise self.fail(f"a partial pass of '{node.name}' over inputs of unequal lanes")
-        lanes = sizes.pop()
-        if not 0 <= lo < hi <= lanes:
-            raise self.fail(f"a partial pass over lanes {lo}..{hi} of {lanes}")
-        passed = np.zeros(lanes, bool)
-        passed[lo:hi] = True
+        (c_in, h_in), masks = shapes.pop(), []
+        for lanes, size in ((c.in_channels, c_in), (c.in_rows, h_in)):
+            lo, hi = (0, size) if lanes is None else lanes
+            if not 0 <= lo < hi <= size:
+                raise self.fail(f"a partial pass over lanes {lo}..{hi} of {size}")
+            mask = np.zeros(size, bool)
+            mask[lo:hi] = True
+            masks.append(mask)
+        passed = np.outer(*masks)
         for array in inputs.values():
-            np.moveaxis(array, axis, 0)[~passed] = fill
-        return passed
+            array[~passed] = fill
+        return passed.reshape(-1)
 
-    def needed_lanes(self, c: Compute, block: Block, lanes: int) -> np.ndarray:
-        """Per output channel of ``block``, the input lanes it reduces over: a grouped
-        conv's input channels are its group's, every other pass needs all lanes."""
-        node = self.graph.nodes[c.op]
-        channels = np.arange(*block[0])
-        if c.in_channels is None or node.kind != "conv" or node.groups == 1:
-            return np.ones((channels.size, lanes), bool)
-        per_in, per_out = lanes // node.groups, self.graph.out_shape(c.op)[0] // node.groups
-        first = channels // per_out * per_in
-        lane = np.arange(lanes)
-        return (lane >= first[:, None]) & (lane < first[:, None] + per_in)
+    def needed_lanes(self, v: int, tensor: int, block: Block) -> np.ndarray:
+        """Per output channel and row of ``block``, the lanes (input channel x input row,
+        flat) that element reduces over, over all the op's inputs: its own dependence."""
+        node = self.graph.nodes[v]
+        deps = [self.net.dependence(v, i) for i in range(len(node.inputs))]
+        channels = np.any([d[0] for d in deps], axis=0)
+        rows = np.any([d[1] for d in deps], axis=0)
+        start = 0
+        for t in node.outputs:
+            if t == tensor:
+                break
+            start += self.graph.tensors[t].shape[0]
+        (c0, c1), (r0, r1), _ = block
+        chans, rows = channels[start + c0 : start + c1], rows[r0:r1]
+        return (chans[:, None, :, None] & rows[None, :, None, :]).reshape(c1 - c0, r1 - r0, -1)
 
     def offset(self, v: int) -> list[Chw]:
         """Op ``v``'s outputs at zero input (its bias): what partial sums leave out."""
@@ -372,14 +459,17 @@ class _Run:
         the output's slots (one input of the output's shape, read where it is written) and
         run the op on the rows once every channel of them is in."""
         v, node = c.op, self.graph.nodes[c.op]
-        t_in = node.inputs[0] if len(node.inputs) == 1 else -1
-        t_out = node.outputs[0] if len(node.outputs) == 1 else -1
-        shape = self.graph.tensors[t_out].shape
-        if min(t_in, t_out) < 0 or self.graph.tensors[t_in].shape != shape or c.in_channels is None:
+        tensors = self.graph.tensors
+        one_to_one = len(node.inputs) == len(node.outputs) == 1
+        if not one_to_one or tensors[node.inputs[0]].shape != tensors[node.outputs[0]].shape:
             raise self.fail(
                 f"a partial pass of '{node.name}' ({node.op_type}), which neither sums over its "
                 "input lanes nor has one input of its output's shape to assemble"
             )
+        if c.in_channels is None:
+            raise self.fail(f"a pass over input rows of '{node.name}', which is no reduction")
+        (t_in,), (t_out,) = node.inputs, node.outputs
+        shape = tensors[t_out].shape
         full = self.block(t_out, c.rows, (0, shape[0]), c.cols)
         part = (tuple(c.in_channels), full[1], full[2])
         values = inputs[t_in][block_index(part)]
@@ -393,7 +483,7 @@ class _Run:
             if not region.resident(t_out, full, partial=True).all():
                 continue
             x = np.full(shape, np.nan)
-            x[block_index(full)] = region.read(full)
+            x[block_index(full)] = region.read(t_out, full)
             got = self.net.evaluate(v, {t_in: x})[0][block_index(full)]
             if np.isnan(got).any():
                 raise self.fail(f"'{node.name}' needs more of its input than the rows it assembled")
