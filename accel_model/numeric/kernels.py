@@ -89,19 +89,20 @@ def _windows(
 def _spatial(fn: Callable[..., Array]) -> Callable[..., Array]:
     """Run a 2-D window kernel on 1-D inputs (N, C, L) by adding a unit axis."""
 
-    def run(node, attrs, x, *rest):
+    def run(node, attrs, x, *rest, **options):
         if x.ndim == 3:
-            return fn(node, attrs, x[..., None], *rest)[..., 0]
+            return fn(node, attrs, x[..., None], *rest, **options)[..., 0]
         if x.ndim != 4:
             raise ModelError(f"{node.op_type} '{node.name}': only 1-D and 2-D maps are replayed")
-        return fn(node, attrs, x, *rest)
+        return fn(node, attrs, x, *rest, **options)
 
     return run
 
 
 @_spatial
-def conv(node, attrs: Attrs, x: Array, w: Array, b: Array | None = None) -> Array:
-    """ONNX Conv: pads, strides, dilations, groups (depthwise included), optional bias."""
+def conv(node, attrs: Attrs, x: Array, w: Array, b: Array | None = None, *, rows=None) -> Array:
+    """ONNX Conv: pads, strides, dilations, groups (depthwise included), optional bias.
+    ``rows`` (output rows, half-open) computes only those rows, the others NaN."""
     if w.ndim == 3:
         w = w[..., None]
     kernel = list(attrs.get("kernel_shape", w.shape[2:]))
@@ -111,7 +112,16 @@ def conv(node, attrs: Attrs, x: Array, w: Array, b: Array | None = None) -> Arra
     pads, strides, dilations = _window_geometry(node, attrs, x, kernel)
     win = _windows(x, kernel, pads, strides, dilations, 0.0, False)
     group = int(attrs.get("group", 1))
-    n, c = x.shape[:2]
+    if rows is not None:
+        full = np.full((x.shape[0], w.shape[0], *win.shape[2:4]), np.nan)
+        full[:, :, rows[0] : rows[1]] = conv_rows(win[:, :, rows[0] : rows[1]], w, b, group)
+        return full
+    return conv_rows(win, w, b, group)
+
+
+def conv_rows(win: Array, w: Array, b: Array | None, group: int) -> Array:
+    """A conv's outputs from its windows (N, C, out rows, out cols, kh, kw)."""
+    n, c = win.shape[:2]
     m = w.shape[0]
     oy, ox, kh, kw = win.shape[2:]
     # per group, (positions x window) @ (window x output channels): one batched matmul
@@ -383,9 +393,15 @@ SIMPLE: dict[str, Callable[..., Array]] = {
 }
 
 
-def run_onnx_op(node: onnx.NodeProto, inputs: Sequence[Array | None], opset: int) -> list[Array]:
+def run_onnx_op(
+    node: onnx.NodeProto,
+    inputs: Sequence[Array | None],
+    opset: int,
+    rows: tuple[int, int] | None = None,
+) -> list[Array]:
     """The outputs of ONNX node ``node`` on ``inputs`` (None for an absent optional input);
-    float inputs are computed in float64."""
+    float inputs are computed in float64. ``rows``: a Conv computes only those output rows
+    (axis 2), the others NaN (a replay's compute needs no more)."""
     attrs = attributes(node)
     op = node.op_type
     given = list(inputs)
@@ -406,6 +422,8 @@ def run_onnx_op(node: onnx.NodeProto, inputs: Sequence[Array | None], opset: int
         return [_reduce(node, attrs, *args, opset=opset)]
     if op == "Split":
         return _split(node, attrs, *args, outputs=len(node.output))
+    if op == "Conv":
+        return [conv(node, attrs, *args, rows=rows)]
     if op in SIMPLE:
         return [SIMPLE[op](node, attrs, *args)]
     raise ModelError(f"op {op} (node '{node.name}') is not supported by the numeric replay")

@@ -116,10 +116,13 @@ class NumericGraph:
         return self.layouts[tensor].to_onnx(value)
 
     # -- ops ----------------------------------------------------------------------------
-    def evaluate(self, v: int, inputs: Mapping[int, Chw]) -> list[Chw]:
+    def evaluate(
+        self, v: int, inputs: Mapping[int, Chw], rows: tuple[int, int] | None = None
+    ) -> list[Chw]:
         """Op ``v``'s outputs (in the order of ``graph.nodes[v].outputs``, each ``(C, H,
         W)``) from its activation inputs (by tensor id, ``(C, H, W)``), by the ONNX
-        definition of its node and of any BatchNormalization folded into it."""
+        definition of its node and of any BatchNormalization folded into it. ``rows``: a
+        conv may compute only those output rows (the rest NaN)."""
         node = self.onnx_nodes[v]
         args: list[np.ndarray | None] = []
         for name in node.input:
@@ -130,7 +133,7 @@ class NumericGraph:
             else:
                 t = self.tensor_index[self.sources[name]]
                 args.append(self.layouts[t].to_onnx(inputs[t]).reshape(self.shapes[name]))
-        outs = dict(zip(node.output, run_onnx_op(node, args, self.opset), strict=False))
+        outs = dict(zip(node.output, run_onnx_op(node, args, self.opset, rows), strict=False))
         for bn in self.folded.get(v, ()):
             params = [self.constants[p] for p in bn.input[1:]]
             source = self.sources[bn.input[0]]

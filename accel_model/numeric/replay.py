@@ -299,7 +299,7 @@ class _Run:
         inputs = {t: self.resident(t) for t in node.inputs}
         self.touch_inputs(c)
         if c.in_channels is None and c.in_rows is None:
-            outs = self.net.evaluate(v, inputs)
+            outs = self.net.evaluate(v, inputs, c.rows)
             for t, block in self.out_blocks(c):
                 got = outs[node.outputs.index(t)][block_index(block)]
                 if np.isnan(got).any():
@@ -311,7 +311,7 @@ class _Run:
             self.assemble(c, inputs)
             return
         passed = self.mask_lanes(c, inputs, fold.fill)
-        outs = self.net.evaluate(v, inputs)
+        outs = self.net.evaluate(v, inputs, c.rows)
         if fold.offset:
             outs = [o - z for o, z in zip(outs, self.offset(v), strict=True)]
         for t, block in self.out_blocks(c):
