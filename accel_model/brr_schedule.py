@@ -32,7 +32,6 @@ import math
 
 from accel_model.brr import BRR
 from accel_model.channels import ChannelRole
-from accel_model.rows import input_rows as window_rows
 from accel_model.schedule import (
     SCHEDULE_BUILDERS,
     Action,
@@ -80,7 +79,8 @@ class _Builder:
         self.h = tt.last_height if tt.resident else tt.h_tile
         self.per_step = 1 if tt.resident else self.h
         self.sliced = cm.sliced_ops(group, self.nodes)[tt.parity] if cm._partial else 0
-        self.rows, _, _ = cm._rows(group, self.nodes, self.per_step)
+        # the rows of each op and external input a tile holds: what f(h) priced
+        self.rows, self.ext_rows = cm.tile_rows(group, self.per_step)
         self.in_group = lambda v: v >= 0 and group >> v & 1
         self.consumers = {v: [c for c in bits(graph.succ_mask[v] & group)] for v in self.nodes}
         self.sinks = [v for v in self.nodes if not self.consumers[v]]
@@ -114,6 +114,10 @@ class _Builder:
     def _whole_inputs(self) -> dict[int, bool]:
         """External tensor -> held with all its channels (else one slice at a time)."""
         cm = self.cm
+        # sliced ops that recompute rows they made re-read their inputs per slice
+        again = 0
+        if cm._physical and cm._partial:
+            again = cm.slice_rereaders((self.sliced, self.sliced), self.group)[2]
         whole: dict[int, bool] = {}
         for t, readers in self.external.items():
             w = False
@@ -123,6 +127,7 @@ class _Builder:
                 w = (
                     w
                     or cm._overlap_whole[v]
+                    or again >> v & 1
                     or (role == ChannelRole.MIXING and self.sliced >> v & 1)
                 )
             c = self.graph.tensors[t].shape[0]
@@ -141,8 +146,8 @@ class _Builder:
                 if cm.node_weights[v]
             ]
         for t in sorted(self.external, key=lambda t: (self.external[t][0][0], t)):
-            c, h, w = tensors[t].shape
-            rows = max(window_rows(*cm._window[v], self.rows[v], h) for v, _ in self.external[t])
+            c, _, w = tensors[t].shape
+            rows = self.ext_rows[t]
             pe = cm.accel.pe_unroll
             if self.whole_ext[t]:
                 channels = c
@@ -289,7 +294,16 @@ class _Builder:
                     break
                 run -= bad
                 if not run:
+                    break
+            if not run:
+                readers = {v for t in ts for v in ext_partial.get(t, ())}
+                if passes or not readers:
                     raise ScheduleError("a slice loop reads its own output")
+                # the slice-held inputs' accumulating readers first, the members later
+                lp = _Loop()
+                lp.partial, lp.tensors, lp.channels = readers, set(ts), channels
+                passes.append(lp)
+                continue
             again: set[int] = set()
             stack = list(run)
             while stack:
@@ -420,13 +434,12 @@ class _StepWriter:
         self.rng: dict[int, Range] = {}
         self.done: dict[int, int] = {}  # next row each op computes in this step
         self.ran: dict[int, bool] = {}  # loop (by id) -> run (True) or running (False)
-        self.step_span: dict[int, Range] = {}  # slice-held input -> rows a pass read
-        self.sweeping: set[int] = set()  # slice-held inputs of a pass running row by row
+        self.sweeping: dict[int, set[int]] = {}  # slice-held input -> passes that read it
 
     def step(self, rng: dict[int, Range], last: bool) -> tuple[Action, ...]:
         b = self.b
         self.acts, self.step_weights, self.rng, self.ran = [], set(), rng, {}
-        self.step_span, self.sweeping = {}, set()
+        self.sweeping = {}
         self.done = {v: a for v, (a, _) in rng.items()}
         longest = max(rng[v][1] - rng[v][0] for v in b.sinks)
         for k in range(longest):
@@ -533,22 +546,20 @@ class _StepWriter:
         rng, done = self.rng, self.done
         members = sorted(lp.ops | lp.partial | set(lp.concat))
         active = [m for m in members if rng[m][0] < rng[m][1]]
-        earlier = {t for t in self.step_span if t not in self.sweeping}
         fresh = {m: max(self.written[m], rng[m][0]) for m in lp.ops}
         self.ran[id(lp)] = False
         if lp.ops & set(bits(self.b.sliced)):
-            self._sweep(lp, {m: rng[m] for m in active}, fresh, earlier)
+            self._sweep(lp, {m: rng[m] for m in active}, fresh)
             for m in lp.ops | lp.partial:
                 done[m] = rng[m][1]
             finished = True
         else:
-            self.sweeping |= lp.tensors
             want = min(upto, rng[v][1]) if v >= 0 else 0
             while True:
                 rows = {m: (done[m], done[m] + 1) for m in active if done[m] < rng[m][1]}
                 if not rows or (v >= 0 and done[v] >= want):
                     break
-                self._sweep(lp, rows, fresh, earlier)
+                self._sweep(lp, rows, fresh)
                 for m in rows:
                     done[m] += 1
             finished = not any(done[m] < rng[m][1] for m in active)
@@ -559,17 +570,18 @@ class _StepWriter:
         else:
             del self.ran[id(lp)]  # resumed when a reader needs more rows
 
-    def _sweep(
-        self, lp: _Loop, rows: dict[int, Range], fresh: dict[int, int], earlier: set[int]
-    ) -> None:
+    def _sweep(self, lp: _Loop, rows: dict[int, Range], fresh: dict[int, int]) -> None:
         """One sweep over the channel slices computing ``rows`` of each active op."""
         graph = self.graph
-        for v, r in rows.items():
+        for v, r in rows.items():  # what the pass reads from outside it, first
             ins = graph.nodes[v].inputs
             for i in lp.concat.get(v, range(len(ins))):
                 if graph.tensors[ins[i]].producer not in lp.ops:
                     self.read_input(v, i, r)
+        for v in rows:
             self.weights(v, again=v in lp.recompute)
+        # slice-held inputs another pass of this step read: their slices are gone
+        earlier = {t for t, passes in self.sweeping.items() if passes - {id(lp)}}
         span: dict[int, Range] = {}
         for t in lp.tensors:
             lo, hi = graph.tensors[t].shape[1], 0
@@ -604,8 +616,7 @@ class _StepWriter:
                         self.write(v, (a, z), ch)
         for t in lp.tensors:
             self.loaded[t] = max(self.loaded[t], span[t][1])
-            prev = self.step_span.get(t, span[t])
-            self.step_span[t] = (min(prev[0], span[t][0]), max(prev[1], span[t][1]))
+            self.sweeping.setdefault(t, set()).add(id(lp))
         for v, r in rows.items():
             if v in lp.partial:
                 self.write(v, r, (0, graph.out_shape(v)[0]))

@@ -10,7 +10,9 @@ groups and channel role):
   its end; their sum is the peak, and it must fit the buffer;
 * **read / write**: a tensor read puts its block into the tensor's region and counts its
   elements; a write needs the block resident and complete; weights are counted as read
-  (streamed weights pass to the PEs, resident ones fill their region);
+  (streamed weights pass to the PEs, resident ones fill their region); streamed weights
+  serve one computation of each output: an op that recomputes an output in the same step
+  must read them again;
 * **compute**: before an op runs, every input row x channel x column its output block reads
   must be resident and complete (not a partial sum), and its weights loaded (resident) or
   streamed in the current step; its output block takes room in its region (an op written
@@ -207,6 +209,7 @@ class _Run:
         self.used = [0] * len(self.capacity)  # live elements per region
         self.weights_in: set[int] = set()  # ops whose weights fill their region
         self.streamed: dict[int, set[int]] = {}  # step -> ops whose weights streamed in it
+        self.made: dict[int, set[Cell]] = {}  # op -> cells its last weight stream computed
         self.dram: dict[TrafficKey, int] = {}
         self.live = self.live_peak = 0
 
@@ -263,6 +266,7 @@ class _Run:
         if a.is_weights:
             if not self.schedule.weights_resident:
                 self.streamed.setdefault(si, set()).add(a.op)
+                self.made[a.op] = set()  # what these weights have computed
             elif a.op not in self.weights_in:
                 ri = self.weight_region.get(a.op)
                 if ri is None:
@@ -289,8 +293,18 @@ class _Run:
         if self.weights[v]:
             if self.schedule.weights_resident and v not in self.weights_in:
                 raise ReplayError(f"{at}: '{node.name}' runs before its weights are loaded")
-            if not self.schedule.weights_resident and v not in self.streamed.get(si, ()):
-                raise ReplayError(f"{at}: '{node.name}' runs without its weights in this step")
+            if not self.schedule.weights_resident:
+                if v not in self.streamed.get(si, ()):
+                    raise ReplayError(f"{at}: '{node.name}' runs without its weights in this step")
+                if not _accumulates(graph, a):
+                    made = self.made[v]
+                    again = next((c for c in self.plan.defines[idx] if c in made), None)
+                    if again is not None:
+                        raise ReplayError(
+                            f"{at}: '{node.name}' computes {self.describe(again)} again "
+                            "without reading its streamed weights again"
+                        )
+                    made.update(self.plan.defines[idx])
         for c, _ in self.plan.reads[idx]:
             if c not in self.resident or c in self.partial:
                 state = "a partial sum" if c in self.resident else "not in the buffer"

@@ -251,6 +251,9 @@ schedules, :data:`LAYER` for an op run on its own or with an epilogue."""
 
 LAYER = "layer"
 
+# the builtin builders, imported when first asked for (each module registers itself too)
+SCHEDULE_BUILDERS.register_lazy("brr", "accel_model.brr_schedule:brr_schedule")
+
 
 def build_schedule(cost_model: CostModel, group: Group) -> Schedule:
     """The schedule ``cost_model`` priced for ``group``: the builder of the loop order that

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from accel_model.bounds import compulsory_traffic, plan_lower_bound, unfusable_nodes
+from accel_model.schedule import Schedule, ScheduleError, build_schedule
 from fusionplan.ir.errors import PlanError
 from fusionplan.ir.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
 from fusionplan.ir.io import write_atomic, write_text_atomic
@@ -185,6 +186,7 @@ class Plan:
                     "buffer_bytes": cost.buffer,
                     "dram_bytes": cost.dram,
                     "unfusable": bool(grp & self.unfusable),
+                    "schedule": self.schedule_summary(grp),
                 }
             )
         accel = cm.accel
@@ -198,6 +200,20 @@ class Plan:
             "search": self.info,
             "groups": groups,
         }
+
+    def schedule(self, group: Group) -> Schedule:
+        """The schedule the cost model priced for ``group``, step by step
+        (docs/cost-model.md, "Schedules and replay"); ScheduleError where none is built."""
+        return build_schedule(self.cost_model, group)
+
+    def schedule_summary(self, group: Group) -> dict[str, Any]:
+        """The plan file's compact schedule of ``group``: its loop order, tiles, slices and
+        traffic per tensor, or the loop order and why no schedule is written out."""
+        try:
+            return self.schedule(group).compact(self.graph)
+        except ScheduleError as exc:
+            kind, _ = self.cost_model.priced_order(group)
+            return {"order": kind, "unavailable": str(exc)}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -1,0 +1,281 @@
+"""Schedules as data and their replay (docs/cost-model.md, "Schedules and replay").
+
+The replay executes a schedule with its own read windows and a buffer allocator; these tests
+hold the BRR closed forms to it: by hand on ``conv_chain``, on hand-broken schedules the
+replay must refuse, and over random groups of random graphs at several buffers.
+
+conv_chain (b = 1): x (4,8,8) -> conv1 3x3 4->4 (148 w) -> relu -> conv2 3x3 4->8 (296 w).
+A row of x, conv1 or relu is 32 elements, of conv2 64; io = x 256 + y 512 = 768.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from accel_model import Accelerator, make_cost_model
+from accel_model.accelerator import PROFILES
+from accel_model.brr import BRR
+from accel_model.replay import ReplayError, replay
+from accel_model.schedule import (
+    Compute,
+    Region,
+    Schedule,
+    Step,
+    TrafficKey,
+    Transfer,
+    build_schedule,
+)
+from fusionplan.app.api import plan as plan_model
+from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
+from fusionplan.planning.plan import Plan
+from tests.onnx_builders import conv_chain, residual_block, save, to_graph
+from tests.random_dags import random_dag, small_buffer
+
+WHOLE = mask_of((0, 1, 2))
+
+
+def chain(beta: int, **settings):
+    return make_cost_model(to_graph(conv_chain()), Accelerator(beta, "brr", 1, **settings))
+
+
+def run(cm, group: Group):
+    return replay(build_schedule(cm, group), cm.graph, cm.node_weights)
+
+
+# -- by hand ------------------------------------------------------------------------------
+def test_resident_conv_chain_by_hand():
+    # 1024 B: weights 444 stay; regions x 5 rows (160), conv1 3 rows with the relu written
+    # over them (96), conv2 1 row (64): 444 + 320 = 764; DRAM io + weights once = 1212
+    cm = chain(1024, pe_unroll=0)
+    s = build_schedule(cm, WHOLE)
+    assert s.order == "brr-resident" and len(s.steps) == 8 and s.weights_resident
+    assert [(r.kind, r.rows, r.elements) for r in s.regions] == [
+        ("weights", 0, 148),
+        ("weights", 0, 296),
+        ("tensor", 5, 160),
+        ("tensor", 3, 96),
+        ("tensor", 1, 64),
+    ]
+    assert s.regions[3].aliases == (cm.graph.nodes[1].outputs[0],)  # relu in place
+    r = run(cm, WHOLE)
+    assert (r.dram_bytes, r.peak_bytes) == (1212, 764)
+    assert (cm.dram_bytes(WHOLE), cm.buffer_bytes(WHOLE)) == (1212, 764)
+    # the rolling rows need less than the regions reserve: x 3 rows and conv1 3 rows while
+    # conv2's row is made (96 + 96 + 64) beside the weights
+    assert r.live_peak_bytes < r.peak_bytes
+
+
+def test_streamed_conv_chain_by_hand():
+    # 600 B: the weights stream. A tile of 3 rows holds conv2 3 rows (192), conv1/relu 5
+    # (160) and x 7 (224) = 576 < 600; 4 rows would need 256 + 224 + 256 = 736. ceil(8/3) = 3
+    # tiles, each reads both convs' weights once: 768 + 3 * 444 = 2100
+    cm = chain(600, pe_unroll=0)
+    s = build_schedule(cm, WHOLE)
+    assert (s.order, s.h_tile, s.tiles) == ("brr-streamed", 3, ((0, 3), (3, 6), (6, 8)))
+    r = run(cm, WHOLE)
+    assert (r.dram_bytes, r.peak_bytes) == (2100, 576)
+    assert r.per_tensor[TrafficKey("weights", 0)] == 3 * 148
+    assert r.per_tensor[TrafficKey("tensor", cm.graph.inputs[0])] == 256
+
+
+def test_channel_slices_by_hand():
+    # k = 2, 1 MB: parity 0 slices conv1 (and the relu over it); conv2 accumulates over the
+    # two slices of 2 channels, each pass recomputing conv1's 3 rows of that slice
+    cm = chain(1 << 20, pe_unroll=2)
+    s = build_schedule(cm, WHOLE)
+    assert s.parity == cm.terms(WHOLE).parity
+    partial = [a for st_ in s.steps for a in st_.computes if a.in_channels is not None]
+    assert partial and {a.op for a in partial} == {2} - {v for v in bits(s.sliced)}
+    r = run(cm, WHOLE)
+    assert (r.dram_bytes, r.peak_bytes) == (cm.dram_bytes(WHOLE), cm.buffer_bytes(WHOLE))
+
+
+# -- the replay refuses broken schedules -------------------------------------------------
+def relu_alone(beta: int = 1024) -> tuple[OpGraph, Schedule]:
+    """A valid schedule of the relu alone (one row a step), to break by hand."""
+    cm = chain(beta, pe_unroll=0)
+    return cm.graph, build_schedule(cm, 1 << 1)
+
+
+def test_a_compute_before_its_input_is_read_fails_where_it_happens():
+    graph, s = relu_alone()
+    first = s.steps[0]
+    broken = first._replace(actions=tuple(reversed(first.actions[:2])) + first.actions[2:])
+    s = Schedule(**{**s.__dict__, "steps": (broken, *s.steps[1:])})
+    with pytest.raises(ReplayError, match=r"step 0 .*action 0: 'relu' .* not in the buffer"):
+        replay(s, graph, [0] * len(graph))
+
+
+def test_a_region_too_small_overflows():
+    graph, s = relu_alone()
+    small = tuple(r._replace(elements=r.elements // 2) for r in s.regions)
+    with pytest.raises(ReplayError, match="overflows"):
+        replay(Schedule(**{**s.__dict__, "regions": small}), graph, [0] * len(graph))
+
+
+def test_regions_over_the_buffer_fail_at_allocation():
+    graph, s = relu_alone()
+    with pytest.raises(ReplayError, match="over the 40 B buffer"):
+        replay(Schedule(**{**s.__dict__, "buffer_bytes": 40}), graph, [0] * len(graph))
+
+
+def test_an_output_never_written_fails():
+    graph, s = relu_alone()
+    steps = tuple(
+        st_._replace(actions=tuple(a for a in st_.actions if not _is_write(a))) for st_ in s.steps
+    )
+    with pytest.raises(ReplayError, match=r"unwritten to DRAM"):
+        replay(Schedule(**{**s.__dict__, "steps": steps}), graph, [0] * len(graph))
+
+
+def _is_write(a) -> bool:
+    return isinstance(a, Transfer) and a.direction == "write"
+
+
+def test_a_window_wider_than_what_was_read_fails():
+    # conv1 alone: its first row reads x rows 0..1 (padding 1); reading only row 0 is short
+    cm = chain(1 << 20, pe_unroll=0)
+    g = cm.graph
+    x = g.inputs[0]
+    steps = (
+        Step(
+            0,
+            (0, 1),
+            (
+                Transfer("read", -1, 0, (0, 0), (0, 4), 148),
+                Transfer("read", x, -1, (0, 1), (0, 4), 32),
+                Compute(0, (0, 1), (0, 4)),
+            ),
+        ),
+    )
+    s = build_schedule(cm, 1)
+    with pytest.raises(ReplayError, match=r"row 1 .*not in the buffer"):
+        replay(Schedule(**{**s.__dict__, "steps": steps}), g, cm.node_weights)
+
+
+def test_a_recompute_needs_its_streamed_weights_again():
+    cm = chain(1 << 20, pe_unroll=0)
+    g = cm.graph
+    s = build_schedule(cm, 1)
+    x, y = g.inputs[0], g.nodes[0].outputs[0]
+    acts = (
+        Transfer("read", x, -1, (0, 8), (0, 4), 256),
+        Transfer("read", -1, 0, (0, 0), (0, 4), 148),
+        Compute(0, (0, 8), (0, 4)),
+        Transfer("write", y, -1, (0, 8), (0, 4), 256),
+        Compute(0, (0, 8), (0, 4)),
+    )
+    whole = (  # room for all of x and of conv1's output
+        Region("tensor", x, 8, 4, 8, 256),
+        Region("tensor", y, 8, 4, 8, 256),
+    )
+    streamed = Schedule(
+        **{
+            **s.__dict__,
+            "weights_resident": False,
+            "regions": whole,
+            "steps": (Step(0, (0, 8), acts),),
+        }
+    )
+    with pytest.raises(ReplayError, match="again without reading its streamed weights"):
+        replay(streamed, g, cm.node_weights)
+
+
+# -- random groups, closed form against replay ---------------------------------------------
+def hull(graph: OpGraph, group: Group) -> Group:
+    d = a = 0
+    for v in bits(group):
+        d |= graph.descendant_mask[v]
+        a |= graph.ancestor_mask[v]
+    return group | (d & a)
+
+
+def random_groups(graph: OpGraph, rng: random.Random, n: int) -> list[Group]:
+    """Convex, weakly connected groups grown from random ops."""
+    out = set()
+    for _ in range(n):
+        grp = 1 << rng.randrange(len(graph))
+        for _ in range(rng.randint(0, 6)):
+            near = 0
+            for u in bits(grp):
+                near |= graph.neighbour_mask[u]
+            near &= ~grp
+            if not near:
+                break
+            grp = hull(graph, grp | 1 << rng.choice(bits(near)))
+        out.add(grp)
+    return sorted(out)
+
+
+def fused_groups(cm, graph: OpGraph, seed: int):
+    """The random groups the cost model prices as a fused BRR schedule."""
+    for grp in random_groups(graph, random.Random(seed), 12):
+        if cm.is_valid(grp) and cm.priced_order(grp)[0] == "scheme":
+            yield grp
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), scale=st.sampled_from([0.5, 1.0, 2.0, 8.0]))
+def test_replay_confirms_the_closed_form_on_random_groups(seed, scale):
+    graph = random_dag(seed)
+    beta = max(16, int(small_buffer(BRR, graph, seed) * scale))
+    cm = make_cost_model(graph, Accelerator(beta, "brr"))
+    for grp in fused_groups(cm, graph, seed):
+        r = run(cm, grp)
+        io = sum(n for k, n in r.per_tensor.items() if k.kind == "tensor")
+        weights = r.dram_bytes - io
+        tt = cm.terms(grp)
+        # every external input read once and every output written once: the io term
+        assert io == cm.b * cm.io_elements(grp)
+        # weights once per tile an op runs in: at most the closed form's W * tiles (an op
+        # whose rows are done before the last tile streams nothing there)
+        assert weights <= cm.b * tt.weights * tt.tiles
+        if tt.resident:
+            assert r.dram_bytes == cm.dram_bytes(grp)
+        # the regions are what the closed form prices, and they fit the buffer
+        assert r.peak_bytes == cm.buffer_bytes(grp) < beta
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_papers_tile_rule_can_overflow_and_its_io_is_confirmed(seed):
+    # the paper profile grows a tile by row_step (the ops' rows only) and reports f(1): its
+    # schedule holds f(h_tile), which the replay measures and may find over the buffer
+    graph = random_dag(seed)
+    beta = small_buffer(BRR, graph, seed)
+    cm = make_cost_model(graph, Accelerator(beta, "brr", **PROFILES["paper"]))
+    for grp in fused_groups(cm, graph, seed):
+        s = build_schedule(cm, grp)
+        try:
+            r = replay(s, graph, cm.node_weights)
+        except ReplayError as exc:
+            assert "over the" in str(exc) and s.peak_bytes > beta
+            continue
+        assert r.dram_bytes - sum(
+            n for k, n in r.per_tensor.items() if k.kind == "weights"
+        ) == cm.b * cm.io_elements(grp)
+        assert r.peak_bytes >= cm.buffer_bytes(grp)
+
+
+# -- the plan ---------------------------------------------------------------------------
+def test_the_plan_file_carries_each_groups_compact_schedule(tmp_path):
+    path = save(residual_block(), tmp_path)
+    plan = plan_model(str(path), "1KB", "brr", search="exact")
+    data = plan.to_dict()
+    for entry, grp in zip(data["groups"], plan.groups, strict=True):
+        compact = entry["schedule"]
+        if "unavailable" in compact:
+            continue
+        full = plan.schedule(grp)
+        assert compact["order"] == full.order and compact["steps"] == len(full.steps)
+        moved = sum(compact["dram_bytes"]["tensors"].values())
+        moved += sum(compact["dram_bytes"]["weights"].values())
+        assert moved == full.dram_bytes
+    # a plan file written before schedules existed still reads
+    for entry in data["groups"]:
+        del entry["schedule"]
+    back = Plan.from_dict(plan.graph, plan.cost_model, data)
+    assert back.groups == plan.groups
