@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,33 @@ def test_every_op_belongs_to_an_optimus_layer(name):
         if node.op_type == "Relu":
             producer = graph.tensors[node.inputs[0]].producer
             assert names[v] == names[producer]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["optimus_resnet18", "optimus_mobilenet", "optimus_squeezenet"])
+def test_fusing_is_monotone_over_down_sets_and_the_floor_holds(name):
+    # what the exact search assumes of the profile (docs/cost-model.md, "The optimus profile"):
+    # a down-set of a fusing group fuses, and every fusing group holds at least its floor
+    graph = load_zoo_model(name)
+    cm = make_cost_model(graph, optimus_accelerator(name, "128KB"))
+    rng = random.Random(0)
+    succ = graph.succ_mask
+    checked = 0
+    for _ in range(20):
+        group = 1 << rng.randrange(len(graph))
+        for _ in range(rng.randint(1, 9)):
+            grow = [c for v in bits(group) for c in bits(succ[v] & ~group)]
+            if grow:
+                group |= 1 << rng.choice(grow)
+        while group & (group - 1):
+            if cm.is_valid(group):
+                assert cm.buffer_floor(group) < cm.beta
+                checked += 1
+            sinks = [v for v in bits(group) if not succ[v] & group]
+            smaller = group & ~(1 << rng.choice(sinks))
+            assert not (cm.is_valid(group) and not cm.is_valid(smaller)), bits(group)
+            group = smaller
+    assert checked
 
 
 @pytest.mark.slow

@@ -56,14 +56,20 @@ class Oracle:
     def layers(self):
         return list(self.network)
 
-    def price(self, group):
+    def price(self, group, tiles=True):
         """Optimus's reported DRAM elements of ``group`` (a list of its layer names), its
-        [ifmap, ofmap, filter] split, and the schedule facts behind them."""
+        [ifmap, ofmap, filter] split, and (``tiles``) the tile facts behind them."""
         rank = {name: i for i, name in enumerate(self.network)}
         group = sorted(group, key=rank.__getitem__)  # one price per set: in network order
         key = tuple(group)
-        if key in self._dram:
-            return self._dram[key]
+        answer = self._dram.get(key)
+        if answer is None:
+            answer = self._dram[key] = self._price(group)
+        if tiles and answer["priced"] and len(group) > 1 and "tiles" not in answer:
+            answer.update(self._tiles(group))
+        return answer
+
+    def _price(self, group):
         sched = self.generator._find_schedule(group)
         cost, blocks, orders, vertices, filter_fit = sched
         if cost == float("inf"):
@@ -80,9 +86,6 @@ class Oracle:
                 "order": list(vertices),
                 "energy_cost": float(cost),
             }
-            if len(group) > 1:
-                answer.update(self._tiles(group))
-        self._dram[key] = answer
         return answer
 
     def _tiles(self, group):
@@ -140,7 +143,7 @@ class Oracle:
             generator = _DramGenerator(self)
         schedule, _ = generator.schedule_search()
         groups = [list(section[0]) for section in schedule]
-        priced = [self.price(g) for g in groups]
+        priced = [self.price(g, tiles=False) for g in groups]
         return {
             "groups": groups,
             "group_dram": [p["dram"] for p in priced],
@@ -160,7 +163,7 @@ class _DramGenerator:
                 found = ScheduleGenerator._find_schedule(self, g, mode)
                 if found[0] == float("inf"):
                     return found
-                return (oracle.price(list(g))["dram"], *found[1:])
+                return (oracle.price(list(g), tiles=False)["dram"], *found[1:])
 
         self._inner = Generator(base.network, base.resource, base.cost_model, base.loop_lower_bound)
 
