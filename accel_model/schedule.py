@@ -161,8 +161,10 @@ class Schedule:
     (layer and epilogue orders), else -1. ``parity`` and ``sliced``: BRR's channel-slicing
     parity and the ops keeping a slice of ``pe_unroll`` channels (None / 0 elsewhere).
     ``h_tile``: sink rows per tile; ``tiles``: each tile's sink rows. ``weights_resident``:
-    weights loaded once into weight regions (else streamed once per step that uses them).
-    ``in_place``: ops that write over an input's rows (they have no region of their own).
+    weights loaded once into weight regions (else streamed once per step that uses them);
+    ``resident``: ops whose weights are loaded once into their region and stay although the
+    others stream (an epilogue's bias beside its layer's streamed weights). ``in_place``:
+    ops that write over an input's rows (they have no region of their own).
     ``peak``: the elements the schedule allocates at once (its regions); ``dram``: the
     elements it moves per tensor and per op's weights. ``bytes_per_element`` and
     ``buffer_bytes`` are the accelerator's.
@@ -180,10 +182,15 @@ class Schedule:
     h_tile: int = 0
     tiles: tuple[Range, ...] = ()
     weights_resident: bool = True
+    resident: Group = 0
     in_place: Group = 0
     regions: tuple[Region, ...] = ()
     steps: tuple[Step, ...] = ()
     dram: Mapping[TrafficKey, int] = field(default_factory=dict)
+
+    def holds_weights(self, op: int) -> bool:
+        """Whether ``op``'s weights are loaded once into its weights region and stay."""
+        return self.weights_resident or bool(self.resident >> op & 1)
 
     @property
     def peak(self) -> int:
