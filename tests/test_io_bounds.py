@@ -26,6 +26,8 @@ from accel_model.io_bounds import (
 )
 from accel_model.layer import layer_geometry, loop_orders
 from data.zoo import load_zoo_model, zoo_names
+from fusionplan.app.bench.fidelity import FidelityConfig, markers, run_fidelity
+from fusionplan.app.cli import main
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.graph import Node, OpGraph, Tensor
 from tests.onnx_builders import Net, conv_chain, to_graph
@@ -283,3 +285,42 @@ def test_no_single_layer_cost_of_the_torchvision_catalogue_is_below_its_bound():
             failures[name] = below[:3]
     assert not failures, failures
     assert len(unavailable) <= 2, unavailable
+
+
+# ------------------------------------------------------------------ bench fidelity
+@pytest.mark.slow
+def test_bench_fidelity_publishes_each_layers_cost_over_its_bound(tmp_path):
+    report = tmp_path / "results.md"
+    report.write_text("# results\n\nkept\n")
+    config = FidelityConfig(("resnet18",), ("128KB",), (2,))
+    section = run_fidelity(report, ["bounds"], config, "fusionplan bench fidelity")["bounds"]
+    text = report.read_text()
+    begin, end = markers("bounds")
+    assert text.startswith("# results\n\nkept\n") and begin in text and end in text
+    # 20 convs and the classifier, LBDF and BRR: 42 cells, none below its bound
+    assert "**Default profile: 42 cells, 0 below the bound" in section
+    (row,) = [line for line in section.splitlines() if line.startswith("| resnet18 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "21" and cells[5] == "0"
+    assert cells[6].endswith("of 42") and cells[7].endswith("of 21")
+    for spread in cells[2:4]:
+        low, median, high = map(float, spread.split(" / "))
+        assert 1 <= low <= median <= high
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--tables", "bounds,replay"], "unknown fidelity table 'replay'"),
+        (["--bytes", "two"], "--bytes 'two' is not a comma list of whole numbers"),
+        (["--models", "resnt18"], "unknown model 'resnt18'"),
+    ],
+)
+def test_bench_fidelity_rejects_bad_options_in_one_line(tmp_path, capsys, option, message):
+    report = tmp_path / "fidelity.md"
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "fidelity", *option, "--report", str(report), "-q"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not report.exists()

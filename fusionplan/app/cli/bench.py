@@ -22,6 +22,8 @@ from fusionplan.app.bench.certified import (
 )
 from fusionplan.app.bench.determinism import MODELS as DETERMINISM_MODELS
 from fusionplan.app.bench.determinism import DeterminismConfig, run_determinism
+from fusionplan.app.bench.fidelity import TABLES as FIDELITY_TABLES
+from fusionplan.app.bench.fidelity import FidelityConfig, run_fidelity
 from fusionplan.app.bench.optimus import BUFFERS as OPTIMUS_BUFFERS
 from fusionplan.app.bench.optimus import DATA as OPTIMUS_DATA
 from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
@@ -634,3 +636,45 @@ def bench_optimus(optimus_dir, optimus_python, exact_limit, report, data, quiet)
             data_path=data,
         )
     click.echo(f"wrote {report} and {data}")
+
+
+@bench_group.command("fidelity")
+@click.option(
+    "--tables",
+    default=",".join(FIDELITY_TABLES),
+    show_default=True,
+    help="Comma list of tables: "
+    + ", ".join(f"{k} ({t.title})" for k, t in FIDELITY_TABLES.items()),
+)
+@click.option("--models", help="Comma list of zoo names (default: the paper's twelve).")
+@click.option("--buffers", default="64KB,128KB,512KB", show_default=True, help="Comma list.")
+@click.option("--bytes", "bytes_", default="1,2", show_default=True,
+              help="Comma list of bytes per element.")  # fmt: skip
+@click.option("--report", type=OutputPath(), default="bench-out/fidelity.md", show_default=True,
+              help="Markdown file; only each table's generated section is replaced.")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True)
+def bench_fidelity(tables, models, buffers, bytes_, report, quiet):
+    """How close fusionplan's figures are to schedules that exist: each zoo layer's
+    single-layer cost over its I/O lower bound (docs/cost-model.md, "I/O lower bounds")."""
+    names = _names(tables) or ()
+    for name in names:
+        if name not in FIDELITY_TABLES:
+            raise ConfigError(
+                f"unknown fidelity table {name!r} (choose from: {', '.join(FIDELITY_TABLES)})"
+            )
+    chosen = _names(models) or FidelityConfig().models
+    for name in chosen:
+        zoo_entry(name)  # an unknown name fails before any work
+    for buffer in _names(buffers) or ():
+        parse_size(buffer)
+    try:
+        per_element = tuple(int(v) for v in _names(bytes_) or ())
+    except ValueError:
+        raise ConfigError(f"--bytes {bytes_!r} is not a comma list of whole numbers") from None
+    if not names or not _names(buffers) or not per_element or min(per_element) < 1:
+        raise ConfigError("--tables, --buffers and --bytes (>= 1) must each name a value")
+    config = FidelityConfig(tuple(chosen), _names(buffers), per_element)
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    with progress_bar("fidelity models", len(chosen), enabled=not quiet) as progress:
+        run_fidelity(report, names, config, command or "fusionplan bench fidelity", progress)
+    click.echo(f"wrote {report} ({', '.join(names)})")
