@@ -30,7 +30,7 @@ from fusionplan.ir.onnx_import import graph_from_proto
 PROFILES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fusionplan", ("lbdf", "brr")),
     ("paper", ("lbdf", "brr")),
-    ("optimus", ("lbdf", "brr")),
+    ("optimus", ("brr",)),
 )
 RANDOM_GROUPS = 10_000
 Progress = Callable[[int, int], None]
