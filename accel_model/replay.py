@@ -264,7 +264,7 @@ class _Run:
         _check_elements(a, self.graph, self.weights, at)
         self.dram[a.key] = self.dram.get(a.key, 0) + a.elements
         if a.is_weights:
-            if not self.schedule.weights_resident:
+            if not self.schedule.holds_weights(a.op):
                 self.streamed.setdefault(si, set()).add(a.op)
                 self.made[a.op] = set()  # what these weights have computed
             elif a.op not in self.weights_in:
@@ -291,9 +291,10 @@ class _Run:
         graph, v = self.graph, a.op
         node = graph.nodes[v]
         if self.weights[v]:
-            if self.schedule.weights_resident and v not in self.weights_in:
-                raise ReplayError(f"{at}: '{node.name}' runs before its weights are loaded")
-            if not self.schedule.weights_resident:
+            if self.schedule.holds_weights(v):
+                if v not in self.weights_in:
+                    raise ReplayError(f"{at}: '{node.name}' runs before its weights are loaded")
+            else:
                 if v not in self.streamed.get(si, ()):
                     raise ReplayError(f"{at}: '{node.name}' runs without its weights in this step")
                 if not _accumulates(graph, a):
