@@ -448,9 +448,14 @@ class _StepWriter:
                     self.pull(v, rng[v][0] + k + 1)
         for v in b.nodes:  # rows no sink reached: a group output's tail
             self.pull(v, rng[v][1])
-        if last:  # io moves whole tensors: read what no window reached
+        if last:  # io moves whole tensors: read what no window reached, a row at a time
+            pe = b.cm.accel.pe_unroll
             for t in sorted(b.external):
-                self.load(t, (0, self.graph.tensors[t].shape[0]), self.graph.tensors[t].shape[1])
+                c, h, _ = self.graph.tensors[t].shape
+                step = c if b.whole_ext[t] else pe
+                for j in range(0, c, step):
+                    self.load(t, (j, min(j + step, c)), h, h)
+                self.loaded[t] = h
         return tuple(self.acts)
 
     # -- transfers --------------------------------------------------------------------
