@@ -1,5 +1,5 @@
 """Numeric proof that schedules compute their graph with the traffic they claim
-(docs/cost-model.md, "Schedules and replay"; accel_model/numeric).
+(docs/cost-model.md, "Numeric replay"; accel_model/numeric).
 
 Each schedule runs on real values, every compute reading only what the schedule put in the
 buffer; the graph outputs assembled from the groups' DRAM writes must equal onnxruntime's
@@ -18,8 +18,6 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-import accel_model.brr_schedule  # registers the BRR builder
-import accel_model.schedule_lbdf  # noqa: F401  (registers the LBDF builder)
 from accel_model import Accelerator, make_cost_model
 from accel_model.numeric import Dram, NumericGraph, replay_plan, replay_schedule
 from accel_model.numeric.layout import Layout
@@ -37,6 +35,7 @@ from accel_model.schedule import (
     traffic,
 )
 from fusionplan.app.api import plan
+from fusionplan.ir.graph import bits
 from tests import numeric_models as nm
 from tests import onnx_builders as ob
 
@@ -185,7 +184,8 @@ def check_plan(name: str, scheme: str, buffer: int, **settings) -> list[Schedule
         got = replay.outputs[net.graph.tensors[t].name]
         assert np.allclose(got, net.to_onnx(t, exact[t]), rtol=1e-9, atol=1e-12)
     for group, run in zip(p.groups, replay.groups, strict=True):
-        assert sum(run.traffic.values()) * cm.b == cm.cost(group).dram
+        moved = sum(run.traffic.values()) * cm.b
+        assert moved == cm.cost(group).dram, (run.schedule.order, bits(group))
     return [run.schedule for run in replay.groups]
 
 
@@ -220,29 +220,60 @@ KNOWN: dict[tuple[str, str, int], str] = {
     ("class_token", "lbdf", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
     ("class_token", "brr", 2048): "the class token's Concat shifts rows (see lbdf 2048)",
     ("class_token", "brr", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
+    ("inverted_residual_se", "brr", 2048): (
+        "BRR streamed SE group: the pool reads every row of 'hs1.out' in tile 0; tile 1's "
+        "'scale' rows 4..8 need 'hs1.out' row 4 again, which the region no longer holds"
+    ),
     ("bottleneck_bn", "brr", 2048): (
         "BRR: 'x' is held as a 4-channel slice of 3 rows for 'a', but the residual 'add' "
         "reads it again rows later: row 7's slices no longer fit ('add' row 7 needs 'x' row 7)"
     ),
     ("bottleneck_bn", "brr", 8192): "BRR: 'x' held as a slice for 'a' and read again by 'add'",
 }
+TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {
+    ("se_block", "brr", 1024): (
+        "BRR streamed SE group (2 tiles): the multiply recomputes conv after the pool saw every "
+        "row, reading conv's weights 3 times (fc2's twice) where F_D charges 2 tiles (2842 "
+        "elements moved, 2276 charged); conv rows 7..8 are computed twice from one read"
+    ),
+    ("bottleneck_bn", "brr", 1024): (
+        "BRR streamed bottleneck: 'x', held as a channel slice for 'a', is read again for the "
+        "residual 'add': 4096 elements of x moved, io charges 2048 (10688 moved, 8640 charged)"
+    ),
+    ("dilated_grouped", "brr", 2048): (
+        "layer output-tiles of the dilated conv: the schedule moves 17200 B, the layer's "
+        "closed form charges 18224 B"
+    ),
+    ("dilated_grouped", "lbdf", 2048): "layer output-tiles of the dilated conv: 17200 B moved, "
+    "18224 B charged",
+    ("channels_last_block", "brr", 1024): (
+        "BRR group [gelu ... add]: the decomposed GELU reads its input 'pw1.out' at two depths "
+        "(div and mul) and the schedule reads it from DRAM twice: 6675 moved, 4627 charged"
+    ),
+}
+"""Plans whose schedules compute the graph but move other traffic than their cost model
+charges (more: a cost below its schedule; less: a closed form above it), or that a replay
+rule refuses on the way (a recompute from weights streamed once)."""
+
 """Plans whose schedules do not compute the graph today (the replay's counterexample, or a
 builder that cannot write them out): strict, so a fixed builder or cost model flips its case
 to a failure until it is removed."""
 
 
 def plan_cases(buffers):
-    for name in sorted(MODELS):
-        for scheme in sorted(SCHEMES):
-            for buffer in buffers:
-                key = (name, scheme, buffer)
-                marks = []
-                if key in KNOWN:
-                    broken = (ReplayError, ScheduleError)
-                    marks.append(pytest.mark.xfail(raises=broken, strict=True, reason=KNOWN[key]))
-                yield pytest.param(
-                    name, scheme, buffer, marks=marks, id=f"{name}-{scheme}-{buffer}"
-                )
+    """Every graph under both schemes at ``buffers``, the known counterexamples marked,
+    then the plans known to move more than charged."""
+    keys = [(n, s, b) for n in sorted(MODELS) for s in sorted(SCHEMES) for b in buffers]
+    for key in keys + sorted(TRAFFIC_DIFFERS):
+        marks = []
+        if key in KNOWN:
+            broken = (ReplayError, ScheduleError)
+            marks.append(pytest.mark.xfail(raises=broken, strict=True, reason=KNOWN[key]))
+        if key in TRAFFIC_DIFFERS:
+            reason = TRAFFIC_DIFFERS[key]
+            differs = (AssertionError, ReplayError)
+            marks.append(pytest.mark.xfail(raises=differs, strict=True, reason=reason))
+        yield pytest.param(*key, marks=marks, id="-".join(map(str, key)))
 
 
 @pytest.mark.parametrize(("name", "scheme", "buffer"), list(plan_cases(BUFFERS)))

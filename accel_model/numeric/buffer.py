@@ -13,7 +13,7 @@ A tensor region (:class:`accel_model.schedule.Region`) is addressed one of two w
 
 Each slot remembers which element it holds and whether that value is final or still partial
 (a sum over input slices, or an input being assembled slice by slice), so a read of anything
-else finds nothing (docs/cost-model.md, "Schedules and replay").
+else finds nothing (docs/cost-model.md, "Numeric replay").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each kernel keeps to the op's ONNX definition (attributes, defaults and opset ch
 where they matter) and lets a NaN in any input element reach every output element that
 element feeds: the replay fills what the buffer does not hold with NaN, so a NaN in a
 computed block is the proof that a compute needed an element the schedule never loaded
-(docs/cost-model.md, "Schedules and replay"). Kernels therefore avoid NaN-dropping forms
+(docs/cost-model.md, "Numeric replay"). Kernels therefore avoid NaN-dropping forms
 (``fmax``, masked sums) and pad with zeros or -inf only where ONNX pads.
 """
 

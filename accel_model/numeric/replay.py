@@ -8,7 +8,7 @@ on inputs that are NaN wherever the buffer does not hold a final value, so a NaN
 it produces proves it needed an element the schedule never loaded, or had overwritten; a
 transfer copies exactly its block. Running a plan's groups in order and comparing the graph
 outputs with an independent evaluation is the numeric proof that the schedules compute the
-graph with the traffic they claim (docs/cost-model.md, "Schedules and replay").
+graph with the traffic they claim (docs/cost-model.md, "Numeric replay").
 
 Partial passes (``Compute.in_channels`` or ``in_rows``) consume a slice of their inputs'
 channels or rows. An op that is a sum over those lanes (a conv, a linear layer, an average,
@@ -150,6 +150,7 @@ class _Run:
         self.resident_weights: dict[int, np.ndarray] = {}
         self.streamed_weights: dict[int, np.ndarray] = {}
         self.loaded_weights: dict[int, int] = {}
+        self.made: dict[int, np.ndarray] = {}  # outputs computed since the weights streamed
         self.unbuffered: dict[int, Chw] = {}  # this step's outputs of tensors with no region
         self.traffic: dict[TrafficKey, int] = {}
         self.offsets: dict[int, list[Chw]] = {}
@@ -268,7 +269,9 @@ class _Run:
                 f"counts {t.elements} weight elements for channels {c0}..{c1} of "
                 f"'{node.name}', which needs {expected}"
             )
-        if v in self.weight_room and self.schedule.weights_resident:
+        if self.schedule.holds_weights(v):
+            if v not in self.weight_room:
+                raise self.fail(f"holds the weights of '{node.name}' with no region for them")
             self.loaded_weights[v] = self.loaded_weights.get(v, 0) + t.elements
             if self.loaded_weights[v] > self.weight_room[v]:
                 raise self.fail(
@@ -278,23 +281,40 @@ class _Run:
             have = self.resident_weights.setdefault(v, np.zeros(c_out, bool))
         else:
             have = self.streamed_weights.setdefault(v, np.zeros(c_out, bool))
+            self.made.pop(v, None)
         have[c0:c1] = True
 
-    def has_weights(self, v: int, channels) -> bool:
+    def has_weights(self, c: Compute) -> bool:
+        """Whether compute ``c`` has the weights of its output channels: held in their
+        region, or read in this step; streamed weights pass the PEs once, so they serve one
+        computation of each output (a recompute reads them again)."""
+        v, (c0, c1) = c.op, c.channels
         if not self.cm.node_weights[v]:
             return True
-        c0, c1 = channels
-        for have in (self.resident_weights.get(v), self.streamed_weights.get(v)):
-            if have is not None and have[c0:c1].all():
-                return True
-        return False
+        held = self.resident_weights.get(v)
+        if held is not None and held[c0:c1].all():
+            return True
+        streamed = self.streamed_weights.get(v)
+        if streamed is None or not streamed[c0:c1].all():
+            return False
+        if c.in_channels is None and c.in_rows is None:
+            shape = (self.graph.out_shape(v)[0], *self.graph.out_shape(v)[1:])
+            made = self.made.setdefault(v, np.zeros(shape, bool))
+            index = block_index(((c0, c1), c.rows, c.cols or (0, shape[2])))
+            if made[index].any():
+                raise self.fail(
+                    f"computes '{self.graph.nodes[v].name}' rows {c.rows[0]}..{c.rows[1]} again "
+                    "without reading its streamed weights again"
+                )
+            made[index] = True
+        return True
 
     # -- computes -----------------------------------------------------------------------
     def compute(self, c: Compute) -> None:
         v, node = c.op, self.graph.nodes[c.op]
         if not self.schedule.group >> v & 1:
             raise self.fail(f"computes '{node.name}', which is not in the group")
-        if not self.has_weights(v, c.channels):
+        if not self.has_weights(c):
             raise self.fail(f"computes '{node.name}' without the weights of its channels")
         inputs = {t: self.resident(t) for t in node.inputs}
         self.touch_inputs(c)
