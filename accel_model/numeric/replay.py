@@ -20,9 +20,8 @@ once the last slice is in.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -34,6 +33,8 @@ from accel_model.numeric.buffer import (
     block_index,
     block_size,
 )
+from accel_model.numeric.diagnose import held_rows, missing_inputs, ranges
+from accel_model.numeric.lanes import fold_of, input_reads, mask_lanes, needed_lanes
 from accel_model.numeric.network import Chw, NumericGraph
 from accel_model.replay import ReplayError
 from accel_model.schedule import (
@@ -47,49 +48,9 @@ from accel_model.schedule import (
 )
 from fusionplan.ir.graph import Group, bits
 
-
-class Fold(NamedTuple):
-    """How partial passes of an op combine: ``combine`` two partial results; ``fill`` the
-    lanes a pass does not consume; ``offset``: the op's value at zero input is added once
-    (an affine op: the passes' shares leave its constant part out)."""
-
-    combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    fill: float
-    offset: bool
-
-
 POOL_ORDERS = ("layer:", "epilogue:")
 """Loop orders whose regions are pools of elements (sized to the most they hold at once)
 rather than rings of rows x channels x columns: a single layer's orders."""
-
-SUM = Fold(np.add, 0.0, True)
-FOLDS: dict[str, Fold] = {
-    **dict.fromkeys(
-        (
-            "Conv",
-            "Gemm",
-            "MatMul",
-            "GlobalAveragePool",
-            "AveragePool",
-            "ReduceMean",
-            "ReduceSum",
-            "Transpose",
-            "Gather",
-            "Slice",
-            "Split",
-            "Concat",
-            "Pad",
-            "Add",
-            "Sub",
-            "Sum",
-        ),
-        SUM,
-    ),
-    **dict.fromkeys(("GlobalMaxPool", "MaxPool", "ReduceMax"), Fold(np.maximum, -np.inf, False)),
-    "ReduceMin": Fold(np.minimum, np.inf, False),
-}
-"""Ops whose partial passes fold lanes: sums (linear or affine in their inputs) and extremes.
-A MatMul of two activations is bilinear: its partial passes are not folded."""
 
 
 @dataclass
@@ -298,7 +259,7 @@ class _Run:
         if streamed is None or not streamed[c0:c1].all():
             return False
         if c.in_channels is None and c.in_rows is None:
-            shape = (self.graph.out_shape(v)[0], *self.graph.out_shape(v)[1:])
+            shape = self.graph.out_shape(v)
             made = self.made.setdefault(v, np.zeros(shape, bool))
             index = block_index(((c0, c1), c.rows, c.cols or (0, shape[2])))
             if made[index].any():
@@ -326,11 +287,11 @@ class _Run:
                     raise self.fail(self.diagnose(v, inputs, t, block))
                 self.put(t, block, got)
             return
-        fold = FOLDS.get(node.op_type)
-        if fold is None or (node.op_type == "MatMul" and len(node.inputs) > 1):
+        fold = fold_of(self.net, v)
+        if fold is None:
             self.assemble(c, inputs)
             return
-        passed = self.mask_lanes(c, inputs, fold.fill)
+        passed = self.guarded(mask_lanes, self.net, c, inputs, fold.fill)
         outs = self.net.evaluate(v, inputs, c.rows)
         if fold.offset:
             outs = [o - z for o, z in zip(outs, self.offset(v), strict=True)]
@@ -339,7 +300,7 @@ class _Run:
             got = outs[k][block_index(block)]
             if np.isnan(got).any():
                 raise self.fail(self.diagnose(v, inputs, t, block))
-            needed = self.needed_lanes(v, t, block)
+            needed = needed_lanes(self.net, v, t, block)
             holders = self.holders(t)
             if not holders:
                 raise self.fail(f"accumulates '{self.name(t)}', which has no region")
@@ -360,39 +321,15 @@ class _Run:
                 region.touch(tensor, mask)
 
     def touch_inputs(self, c: Compute) -> None:
-        """Record, in the pool regions, the input elements compute ``c`` reads: by the op's
-        own dependence, within the pass's input channels and rows."""
-        node = self.graph.nodes[c.op]
-        pooled = [
-            (i, t)
-            for i, t in enumerate(node.inputs)
-            if any(isinstance(r, PoolRegion) for r in self.holders(t))
-        ]
-        if not pooled:
-            return
-        blocks = self.out_blocks(c)
-        for i, t in pooled:
-            chans, rows, cols = self.net.dependence(c.op, i)
-            need_c = np.zeros(chans.shape[1], bool)
-            need_r = np.zeros(rows.shape[1], bool)
-            need_w = np.zeros(cols.shape[1], bool)
-            start = 0
-            for out in node.outputs:
-                size = self.graph.tensors[out].shape[0]
-                for u, ((c0, c1), (r0, r1), (w0, w1)) in blocks:
-                    if u == out:
-                        need_c |= chans[start + c0 : start + c1].any(axis=0)
-                        need_r |= rows[r0:r1].any(axis=0)
-                        need_w |= cols[w0:w1].any(axis=0)
-                start += size
-            for lanes, need in ((c.in_channels, need_c), (c.in_rows, need_r)):
-                if lanes is not None:
-                    need[: lanes[0]] = False
-                    need[lanes[1] :] = False
-            mask = need_c[:, None, None] & need_r[None, :, None] & need_w[None, None, :]
-            for region in self.holders(t):
-                if isinstance(region, PoolRegion):
-                    region.touch(t, mask)
+        """Record, in the pool regions, the input elements compute ``c`` reads."""
+        blocks = None
+        for i, t in enumerate(self.graph.nodes[c.op].inputs):
+            pools = [r for r in self.holders(t) if isinstance(r, PoolRegion)]
+            if pools:
+                blocks = self.out_blocks(c) if blocks is None else blocks
+                reads = input_reads(self.net, c, blocks, i)
+                for region in pools:
+                    region.touch(t, reads)
 
     def check_pools(self, actions: int) -> None:
         """Every pool region holds at most its elements live at once."""
@@ -430,42 +367,6 @@ class _Run:
             return
         for region in holders:
             self.guarded(region.store, tensor, block, values)
-
-    def mask_lanes(self, c: Compute, inputs: dict[int, Chw], fill: float) -> np.ndarray:
-        """Set every input element outside the pass's input channels and rows to ``fill``
-        and return the pass as a mask over the lanes (input channel x input row, flat)."""
-        node = self.graph.nodes[c.op]
-        shapes = {self.graph.tensors[t].shape[:2] for t in node.inputs}
-        if len(shapes) != 1:
-            raise self.fail(f"a partial pass of '{node.name}' over inputs of unequal lanes")
-        (c_in, h_in), masks = shapes.pop(), []
-        for lanes, size in ((c.in_channels, c_in), (c.in_rows, h_in)):
-            lo, hi = (0, size) if lanes is None else lanes
-            if not 0 <= lo < hi <= size:
-                raise self.fail(f"a partial pass over lanes {lo}..{hi} of {size}")
-            mask = np.zeros(size, bool)
-            mask[lo:hi] = True
-            masks.append(mask)
-        passed = np.outer(*masks)
-        for array in inputs.values():
-            array[~passed] = fill
-        return passed.reshape(-1)
-
-    def needed_lanes(self, v: int, tensor: int, block: Block) -> np.ndarray:
-        """Per output channel and row of ``block``, the lanes (input channel x input row,
-        flat) that element reduces over, over all the op's inputs: its own dependence."""
-        node = self.graph.nodes[v]
-        deps = [self.net.dependence(v, i) for i in range(len(node.inputs))]
-        channels = np.any([d[0] for d in deps], axis=0)
-        rows = np.any([d[1] for d in deps], axis=0)
-        start = 0
-        for t in node.outputs:
-            if t == tensor:
-                break
-            start += self.graph.tensors[t].shape[0]
-        (c0, c1), (r0, r1), _ = block
-        chans, rows = channels[start + c0 : start + c1], rows[r0:r1]
-        return (chans[:, None, :, None] & rows[None, :, None, :]).reshape(c1 - c0, r1 - r0, -1)
 
     def offset(self, v: int) -> list[Chw]:
         """Op ``v``'s outputs at zero input (its bias): what partial sums leave out."""
@@ -511,44 +412,19 @@ class _Run:
 
     # -- diagnosis ----------------------------------------------------------------------
     def diagnose(self, v: int, inputs: dict[int, Chw], out: int, block: Block) -> str:
-        """Which input rows and channels a compute needed but the buffer did not hold: each
-        missing row, then each missing channel of it, is tried alone (the other missing
-        elements set to 0)."""
-        node = self.graph.nodes[v]
         (c0, c1), (r0, r1), _ = block
-        head = f"'{node.name}' computing '{self.name(out)}' channels {c0}..{c1} rows {r0}..{r1}"
-        k = node.outputs.index(out)
-        filled = {t: np.nan_to_num(a, nan=0.0) for t, a in inputs.items()}
-
-        def poisons(t: int, r: int, c: int | None) -> bool:
-            probe = dict(filled)
-            probe[t] = filled[t].copy()
-            missing = np.isnan(inputs[t][:, r, :])
-            if c is not None:
-                missing[np.arange(missing.shape[0]) != c] = False
-            probe[t][:, r, :][missing] = np.nan
-            return bool(np.isnan(self.net.evaluate(v, probe)[k][block_index(block)]).any())
-
-        found: list[str] = []
-        for t, a in inputs.items():
-            for r in np.nonzero(np.isnan(a).any(axis=(0, 2)))[0]:
-                if len(found) < 3 and poisons(t, r, None):
-                    missing = np.nonzero(np.isnan(a[:, r, :]).any(axis=1))[0]
-                    chans = [c for c in missing if poisons(t, r, c)]
-                    found.append(
-                        f"'{self.name(t)}' row {r} channels {_ranges(chans)} (rows it holds: "
-                        f"{_held_rows(a)})"
-                    )
-        if not found:
-            return f"{head} needs elements the buffer does not hold"
-        return f"{head} needs {'; '.join(found)}, which the buffer does not hold"
+        head = (
+            f"'{self.graph.nodes[v].name}' computing '{self.name(out)}' channels {c0}..{c1} "
+            f"rows {r0}..{r1} needs"
+        )
+        return f"{head} {missing_inputs(self.net, v, inputs, out, block)}"
 
     def diagnose_missing(self, tensor: int, block: Block, array: Chw, op: str) -> str:
         index = block_index(block)
         rows = np.nonzero(np.isnan(array[index]).any(axis=(0, 2)))[0] + block[1][0]
         return (
-            f"'{op}' needs '{self.name(tensor)}' rows {_ranges(rows)}, which the buffer does not "
-            f"hold (rows held: {_held_rows(array)})"
+            f"'{op}' needs '{self.name(tensor)}' rows {ranges(rows)}, which the buffer does not "
+            f"hold (rows held: {held_rows(array)})"
         )
 
     def check_outputs(self) -> None:
@@ -561,24 +437,9 @@ class _Run:
                     rows = (
                         "none"
                         if written is None
-                        else _ranges(np.nonzero(written.all(axis=(0, 2)))[0])
+                        else ranges(np.nonzero(written.all(axis=(0, 2)))[0])
                     )
                     raise self.fail(f"never writes all of '{self.name(t)}' (rows written: {rows})")
-
-
-def _held_rows(array: np.ndarray) -> str:
-    """Rows of a ``(C, H, W)`` array without NaN, as half-open ranges."""
-    return _ranges(np.nonzero(~np.isnan(array).any(axis=(0, 2)))[0]) or "none"
-
-
-def _ranges(values: Iterable[int]) -> str:
-    spans: list[list[int]] = []
-    for x in values:
-        if spans and x == spans[-1][1]:
-            spans[-1][1] = int(x) + 1
-        else:
-            spans.append([int(x), int(x) + 1])
-    return ", ".join(f"{a}..{b}" for a, b in spans) or "none"
 
 
 def _where(graph, index: int, step: Step, action: Action) -> str:
