@@ -294,19 +294,21 @@ def test_plan_replays_the_graph_sweep(name, scheme, buffer, pe, b):
 
 
 def test_the_plans_exercise_every_loop_order():
-    """Among the default cases: resident and streamed BRR, channel slices, LBDF."""
-    seen, sliced = set(), False
+    """Among the default cases: resident and streamed BRR with and without channel slices,
+    LBDF, and single layers' row bands and output tiles."""
+    seen = set()
     for name, scheme, buffer in [
         ("inception", "brr", 8192),
+        ("fan_out", "brr", 2048),
         ("mlp_block", "brr", 2048),
-        ("depthwise_separable", "brr", 8192),
         ("inception", "lbdf", 8192),
+        ("pooling_epilogues", "lbdf", 2048),
+        ("mlp_block", "lbdf", 2048),
     ]:
         for s in check_plan(name, scheme, buffer):
-            seen.add(s.order)
-            sliced = sliced or bool(s.sliced)
-    assert {"brr-resident", "brr-streamed", "lbdf"} <= seen
-    assert sliced
+            seen.add((s.order, bool(s.sliced)))
+    assert {("brr-resident", True), ("brr-resident", False), ("brr-streamed", True)} <= seen
+    assert {("lbdf", False), ("layer:row-bands", False), ("layer:output-tiles", False)} <= seen
 
 
 # ----------------------------------------------------------------------- hand-built
