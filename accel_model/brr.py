@@ -58,13 +58,20 @@ class BRRTerms:
         self.tiles, self.resident, self.h_tile = 1, True, last_height
         self.peak = footprint + weights
 
-    def tile(self, b: int, beta: int, footprint_at: Callable[[int], int] | None = None) -> BRRTerms:
+    def tile(
+        self,
+        b: int,
+        beta: int,
+        footprint_at: Callable[[int], int] | None = None,
+        growth: int = 0,
+    ) -> BRRTerms:
         """Set ``resident``, ``h_tile``, ``tiles`` and ``peak`` for a ``beta``-byte buffer.
 
         ``footprint_at(h)`` is the footprint of a tile of ``h`` output rows, every row it
         reads included (docs/cost-model.md, "BRR"): the tallest tile that fits is taken.
         Without it the paper's and Optimus's tile rule applies, which grows a tile by
-        ``row_step`` (the ops' rows only) and so can undercount its input rows.
+        ``row_step`` (the ops' rows only) and so can undercount its input rows. ``growth``,
+        when known, bounds how much ``footprint_at`` grows per row (fewer evaluations).
         """
         if b * self.footprint >= beta:
             self.resident, self.h_tile = False, 0  # invalid: layer by layer, weights once
@@ -75,7 +82,9 @@ class BRRTerms:
                 self.h_tile = math.floor((beta - b * self.footprint) / (b * self.row_step)) + 1
                 self.peak = self.footprint
             else:
-                self.h_tile, self.peak = _tallest_tile(footprint_at, self.last_height, b, beta)
+                self.h_tile, self.peak = _tallest_tile(
+                    footprint_at, self.last_height, b, beta, growth
+                )
             self.tiles = math.ceil(self.last_height / self.h_tile)
         return self
 
@@ -85,18 +94,53 @@ class BRRTerms:
         return (b * self.footprint >= beta, self.tiles, self.footprint)
 
 
-def _tallest_tile(footprint_at: Callable[[int], int], height: int, b: int, beta: int):
+def _tallest_tile(
+    footprint_at: Callable[[int], int], height: int, b: int, beta: int, growth: int = 0
+):
     """(h, footprint_at(h)) for the largest ``h <= height`` whose tile fits (``footprint_at``
-    is non-decreasing and fits at 1): a binary search, a handful of footprints per group."""
+    is non-decreasing and fits at 1): a binary search that first probes the linear guess
+    ``growth`` gives (the footprint's growth per row before caps) and the row above it,
+    usually the answer in two footprints."""
     lo, lo_fp, hi = 1, footprint_at(1), height
+    probes: list[int] = []
+    if growth > 0:
+        guess = min(height, ((beta - 1) // b - lo_fp) // growth + 1)
+        probes = [guess, guess + 1]
+    elif lo < hi:
+        probes = [height]  # nothing grows: every row fits if one does
     while lo < hi:
-        mid = (lo + hi + 1) // 2
+        mid = probes.pop(0) if probes else (lo + hi + 1) // 2
+        if not lo < mid <= hi:
+            continue
         fp = footprint_at(mid)
         if b * fp < beta:
             lo, lo_fp = mid, fp
         else:
             hi = mid - 1
     return lo, lo_fp
+
+
+_Line = tuple[int, int, int, int, int, int]
+"""(op, or ~tensor for an external input; row elements under parity 0; under parity 1; rows
+in a one-row tile; rows added per sink row; height)."""
+
+
+def _lines_at(lines: list[_Line], h: int) -> tuple[int, int]:
+    """The footprints (parity 0, parity 1) of a tile of ``h`` sink rows: every row count
+    grows linearly from the one-row tile until it reaches its tensor's height, by its scale
+    rounded up to whole rows (``_rows``). This holds at least the rows the backward pass asks
+    for ``h`` rows: by induction from the sinks, ``ceil((r + (h-1) G - 1) S + K) <=
+    ceil((r - 1) S + K) + (h-1) ceil(G S)``, and the max of such lines is below the line
+    of the maxima (docs/cost-model.md, "BRR")."""
+    f0 = f1 = 0
+    step = h - 1
+    for _, a0, a1, r, g, cap in lines:
+        n = r + step * g
+        if n > cap:
+            n = cap
+        f0 += a0 * n
+        f1 += a1 * n
+    return f0, f1
 
 
 @COST_MODELS.register("brr")
@@ -228,6 +272,7 @@ class BRR(CostModel):
         a tile's height: the rows per tile)."""
         consumers_of, window, out_hw = self._consumers, self._window, self._out_shape
         ceil = math.ceil
+        whole_scales = self._physical  # a tile's row counts grow by whole rows per sink row
         rows: dict[int, int] = {}
         scale: dict[int, float] = {}
         last_height = 1
@@ -244,6 +289,8 @@ class BRR(CostModel):
                     if n > need:
                         need = n
                     x = scale[c] * s
+                    if whole_scales and x % 1:
+                        x = ceil(x)
                     if x > sc:
                         sc = x
             if sink:
@@ -299,7 +346,8 @@ class BRR(CostModel):
         sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
         if self._physical and self._partial:
             sliced = self.slice_rereaders(sliced, group)
-        (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, sliced, nodes)
+        lines: list[_Line] | None = [] if self._physical else None
+        (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, sliced, nodes, lines)
         at0 = at1 = None
         if self._physical:
             tall: dict[int, tuple[int, int]] = {1: (fp0, fp1)}
@@ -307,9 +355,7 @@ class BRR(CostModel):
             def tile_footprints(h: int) -> tuple[int, int]:
                 hit = tall.get(h)
                 if hit is None:
-                    rows_h, scale_h, _ = self._rows(group, nodes, h)
-                    (f0, _), (f1, _) = self.footprints(group, rows_h, scale_h, sliced, nodes)
-                    hit = tall[h] = (f0, f1)
+                    hit = tall[h] = _lines_at(lines, h)
                 return hit
 
             def at0(h: int) -> int:
@@ -318,9 +364,13 @@ class BRR(CostModel):
             def at1(h: int) -> int:
                 return tile_footprints(h)[1]
 
-        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, at0)
+        g0 = g1 = 0  # footprint growth per sink row before any row count reaches its height
+        if lines is not None:
+            g0 = sum(a0 * g for _, a0, _, _, g, _ in lines)
+            g1 = sum(a1 * g for _, _, a1, _, g, _ in lines)
+        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, at0, g0)
         if self._partial:
-            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1)
+            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1, g1)
             if other.dram_key(b, beta) < best.dram_key(b, beta):
                 best = other
         return best
@@ -340,6 +390,22 @@ class BRR(CostModel):
                 again |= 1 << v
         return s0, s1, s0 & again, s1 & again
 
+    def tile_rows(self, group: Group, h: int) -> tuple[dict[int, int], dict[int, int]]:
+        """Rows each op of ``group`` and each of its external input tensors holds in a tile
+        of ``h`` sink rows: the allocation the tile's footprint ``f(h)`` prices
+        (docs/cost-model.md, "BRR"): each row count grows from the one-row tile by its
+        whole-row scale per sink row until it reaches its tensor's height."""
+        nodes = bits(group)
+        sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
+        if self._physical and self._partial:
+            sliced = self.slice_rereaders(sliced, group)
+        lines: list[_Line] = []
+        rows, scale, _ = self._rows(group, nodes)
+        self.footprints(group, rows, scale, sliced, nodes, lines)
+        out_hw = self._out_shape
+        ops = {v: min(rows[v] + (h - 1) * int(scale[v]), out_hw[v][1]) for v in nodes}
+        return ops, {~key: min(r + (h - 1) * g, cap) for key, _, _, r, g, cap in lines if key < 0}
+
     def footprints(
         self,
         group: Group,
@@ -347,10 +413,13 @@ class BRR(CostModel):
         scale: dict[int, float],
         sliced: tuple[Group, ...],
         nodes: list[int] | None = None,
+        lines: list[_Line] | None = None,
     ) -> tuple[tuple[int, float], tuple[int, float]]:
         """(footprint, row step) in elements of ``group`` under each of its two slicings
         ``sliced`` (:meth:`sliced_ops`, optionally extended by :meth:`slice_rereaders`), in
-        one pass."""
+        one pass. ``lines`` collects what a taller tile's footprint needs: per stored op and
+        external input, its row size under each parity, rows, growth per sink row and
+        height (:func:`_lines_at`)."""
         out_hw, stored, in_place, readers = (
             self._out_shape,
             self._stored,
@@ -377,12 +446,14 @@ class BRR(CostModel):
             bit = 1 << v
             if keeps:
                 h, sc = rows[v], scale[v]
-                c = channel_slice[v] if s0 & bit else c_out
-                fp0 += c * h * w_out
-                rs0 += c * sc * w_out
-                c = channel_slice[v] if s1 & bit else c_out
-                fp1 += c * h * w_out
-                rs1 += c * sc * w_out
+                c0 = channel_slice[v] if s0 & bit else c_out
+                fp0 += c0 * h * w_out
+                rs0 += c0 * sc * w_out
+                c1 = channel_slice[v] if s1 & bit else c_out
+                fp1 += c1 * h * w_out
+                rs1 += c1 * sc * w_out
+                if lines is not None:
+                    lines.append((v, c0 * w_out, c1 * w_out, h, int(sc), out_hw[v][1]))
             # a sliced mixing op or a barrier needs all channels of an external input; any
             # other reader takes it a channel slice at a time
             r = role[v]
@@ -399,9 +470,10 @@ class BRR(CostModel):
                     n = h_in
                 w0 = cw if whole0 else slice_cw
                 w1 = cw if whole1 else slice_cw
+                grow = ceil(scale[v] * s - 1e-9)  # its rows per sink row, at most
                 kept = ext_rows.get(ti)
                 if kept is None:
-                    ext_rows[ti] = [n, w0, w1]
+                    ext_rows[ti] = [n, w0, w1, grow, h_in]
                 else:
                     if n > kept[0]:
                         kept[0] = n
@@ -409,9 +481,13 @@ class BRR(CostModel):
                         kept[1] = w0
                     if w1 > kept[2]:
                         kept[2] = w1
-        for n, w0, w1 in ext_rows.values():
+                    if grow > kept[3]:
+                        kept[3] = grow
+        for ti, (n, w0, w1, grow, h_in) in ext_rows.items():
             fp0 += n * w0
             fp1 += n * w1
+            if lines is not None:
+                lines.append((~ti, w0, w1, n, grow, h_in))
         return (fp0, rs0), (fp1, rs1)
 
     def _compute(self, group: Group) -> GroupCost:
