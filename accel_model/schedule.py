@@ -261,6 +261,7 @@ LAYER = "layer"
 # the builtin builders, imported when first asked for (each module registers itself too)
 SCHEDULE_BUILDERS.register_lazy("brr", "accel_model.brr_schedule:brr_schedule")
 SCHEDULE_BUILDERS.register_lazy("lbdf", "accel_model.schedule_lbdf:lbdf_schedule")
+SCHEDULE_BUILDERS.register_lazy(LAYER, "accel_model.schedule_layer:layer_schedule")
 
 
 def build_schedule(cost_model: CostModel, group: Group) -> Schedule:

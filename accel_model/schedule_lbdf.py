@@ -330,3 +330,21 @@ class _Pipe:
         if a.op == self.tall and rows is not None:
             steps.append(Step(0, rows, tuple(actions)))
             actions.clear()
+
+
+def least_rows(cm: LBDF, group: Group, tensor: int) -> int:
+    """The fewest rows of ``tensor``'s region with which ``group``'s pipeline runs without
+    overflowing, every other region as the cost model allots it: below the allotted rows,
+    the cost model reserves rows no order of the pipeline needs. Rows only add moves, so
+    the search halves the range."""
+    rows = lbdf_region_rows(cm, group)
+    lo, hi = 1, rows[tensor]
+    if lbdf_pipeline(cm, group, rows).overflows:
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if lbdf_pipeline(cm, group, {**rows, tensor: mid}).overflows:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
