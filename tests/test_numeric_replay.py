@@ -214,8 +214,9 @@ KNOWN: dict[tuple[str, str, int], str] = {
         "'sub', whose input rows it has overwritten"
     ),
     ("class_token", "lbdf", 2048): (
-        "a Concat along the row axis (the class token) shifts rows: output row 1 reads "
-        "'proj.out' row 0, the builders pair it with row 1"
+        "a Concat along the row axis (the class token) shifts rows: output row r reads "
+        "'proj.out' row r - 1, but both cost models give it a one-row window (K = max(1, S), "
+        "S = 4/5), so 'proj.out' keeps one row and row 1 overwrites the row 0 concat row 1 needs"
     ),
     ("class_token", "lbdf", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
     ("class_token", "brr", 2048): "the class token's Concat shifts rows (see lbdf 2048)",
