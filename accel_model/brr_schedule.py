@@ -435,11 +435,12 @@ class _StepWriter:
         self.done: dict[int, int] = {}  # next row each op computes in this step
         self.ran: dict[int, bool] = {}  # loop (by id) -> run (True) or running (False)
         self.sweeping: dict[int, set[int]] = {}  # slice-held input -> passes that read it
+        self.spent: dict[int, set[int]] = {}  # op -> passes that computed it in this step
 
     def step(self, rng: dict[int, Range], last: bool) -> tuple[Action, ...]:
         b = self.b
         self.acts, self.step_weights, self.rng, self.ran = [], set(), rng, {}
-        self.sweeping = {}
+        self.sweeping, self.spent = {}, {}
         self.done = {v: a for v, (a, _) in rng.items()}
         longest = max(rng[v][1] - rng[v][0] for v in b.sinks)
         for k in range(longest):
@@ -583,8 +584,9 @@ class _StepWriter:
             for i in lp.concat.get(v, range(len(ins))):
                 if graph.tensors[ins[i]].producer not in lp.ops:
                     self.read_input(v, i, r)
-        for v in rows:
-            self.weights(v, again=v in lp.recompute)
+        for v in rows:  # streamed weights serve one computation: another pass re-reads
+            self.weights(v, again=bool(self.spent.get(v, set()) - {id(lp)}))
+            self.spent.setdefault(v, set()).add(id(lp))
         # slice-held inputs another pass of this step read: their slices are gone
         earlier = {t for t, passes in self.sweeping.items() if passes - {id(lp)}}
         span: dict[int, Range] = {}
