@@ -69,6 +69,13 @@ def layer_schedule(cm: CostModel, group: Group) -> Schedule:
     kind, core = cm.priced_order(group)
     if kind not in ("layer", "epilogue"):
         raise ScheduleError(f"the group is priced by its {kind} schedule, not a layer's")
+    if cm.accel.conventions:
+        raise ScheduleError(
+            "the optimus profile prices a layer by Optimus's own loop blockings "
+            "(accel_model/optimus_pricing.py); no builder lays those out"
+        )
+    if kind == "layer" and group != 1 << core:
+        raise ScheduleError("a layer's schedule runs one op")
     tiling = cm.layer_tiling(core)
     return _Layer(cm, group, core, tiling, kind).build()
 

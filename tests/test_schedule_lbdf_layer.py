@@ -440,3 +440,12 @@ def test_epilogue_weights_stay_resident():
     assert r.per_tensor[TrafficKey("weights", bias)] == 2 * 16
     assert r.per_tensor[TrafficKey("weights", fc)] == 2 * 128
     assert r.dram_bytes == s.dram_bytes == cm.dram_bytes(group)
+
+
+def test_optimus_profile_layers_have_no_builder():
+    # the optimus profile prices a layer by Optimus's own blockings, not LayerTiling's order
+    g = to_graph(conv_chain())
+    cm = model(g, 400, "brr", profile="optimus")
+    assert cm.priced_order(1) == ("layer", 0)
+    with pytest.raises(ScheduleError, match="Optimus's own loop blockings"):
+        layer_schedule(cm, 1)
