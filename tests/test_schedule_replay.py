@@ -301,3 +301,11 @@ def test_the_plan_file_carries_each_groups_compact_schedule(tmp_path):
         del entry["schedule"]
     back = Plan.from_dict(plan.graph, plan.cost_model, data)
     assert back.groups == plan.groups
+
+
+@pytest.mark.xfail(strict=True, reason="closed form: in place over rows a sliced op re-reads")
+def test_a_sliced_op_in_place_over_rows_it_reads_again():
+    # RandWire seed 0 at 29056 B: a sliced add written in place over a whole conv's 3-row
+    # region overwrites, slice by slice, rows its own recompute reads again in the next step
+    cm = rw(0, 29056)
+    run(cm, 0x1FD00000)
