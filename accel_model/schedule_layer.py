@@ -256,8 +256,10 @@ class _Layer:
         cover = {t: _Coverage(tensors[t].shape) for _, t in self.inputs()}
         strips = _split(self.w_out, self.t.cols or self.w_out)
         bands = _split(self.h_out, self.t.rows or self.h_out)
+        have = {t: 0 for _, t in self.inputs()}  # rows read down this strip
         for cols in strips:
-            have = {t: 0 for _, t in self.inputs()}  # rows read down this strip
+            if not self.node.whole_input:  # a whole-input op keeps what every strip reads
+                have = {t: 0 for _, t in self.inputs()}
             for rows in bands:
                 self.read_weights((0, self.c_out))
                 out_cols = self.cols_of(cols)

@@ -33,6 +33,7 @@ from accel_model.schedule_lbdf import (
     least_rows,
 )
 from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
+from tests import numeric_models as nm
 from tests.onnx_builders import (
     conv_chain,
     fan_out,
@@ -393,6 +394,24 @@ def test_weightless_streaming_fits_and_moves_its_cost():
     s = layer_schedule(cm, gap)
     assert (s.peak, s.dram_elements, cm.dram_bytes(gap)) == (65, 520, 1032)
     assert s.peak_bytes < cm.beta and s.dram_bytes == cm.dram_bytes(gap)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="row bands of a matmul of two activations over column strips count the operands' "
+    "columns in proportion to the strip; a whole-input op reads every column of both (its "
+    "window), so the strips of 'qk' hold Q and K^T whole: 288 elements where the fit test "
+    "counts 96, over a 256 B buffer at 2 B/element",
+)
+def test_attention_row_bands_hold_what_they_count():
+    g = to_graph(nm.transformer_block())
+    cm = model(g, 256, "lbdf", 2)
+    qk = g.node_index["qk"]
+    t = cm.layer_tiling(qk)
+    s = layer_schedule(cm, 1 << qk)
+    assert (t.order, t.cols, t.held, s.peak) == ("row-bands", 2, 96, 288)
+    assert s.dram_bytes == cm.dram_bytes(1 << qk)  # Q read once, K^T once per strip
+    assert s.peak == t.held
 
 
 @pytest.mark.xfail(
