@@ -332,19 +332,26 @@ class _Pipe:
             actions.clear()
 
 
-def least_rows(cm: LBDF, group: Group, tensor: int) -> int:
+def least_rows(cm: LBDF, group: Group, tensor: int) -> int | None:
     """The fewest rows of ``tensor``'s region with which ``group``'s pipeline runs without
-    overflowing, every other region as the cost model allots it: below the allotted rows,
-    the cost model reserves rows no order of the pipeline needs. Rows only add moves, so
-    the search halves the range."""
+    overflowing, every other region as the cost model allots it (None: it overflows
+    however many rows this one gets). Below the allotted rows, the cost model reserves
+    rows no order needs; above, it allots too few. Rows only add moves, so the search
+    halves the range."""
     rows = lbdf_region_rows(cm, group)
-    lo, hi = 1, rows[tensor]
-    if lbdf_pipeline(cm, group, rows).overflows:
-        return hi
+
+    def fits(n: int) -> bool:
+        return not lbdf_pipeline(cm, group, {**rows, tensor: n}).overflows
+
+    # a region of the whole tensor never evicts a row anyone needs
+    top = max(rows[tensor], cm.graph.tensors[tensor].shape[1])
+    if not fits(top):
+        return None
+    lo, hi = 1, top
     while lo < hi:
         mid = (lo + hi) // 2
-        if lbdf_pipeline(cm, group, {**rows, tensor: mid}).overflows:
-            lo = mid + 1
-        else:
+        if fits(mid):
             hi = mid
+        else:
+            lo = mid + 1
     return lo

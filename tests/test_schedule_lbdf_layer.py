@@ -216,6 +216,22 @@ def test_lbdf_external_input_read_at_two_delays(profile):
     group = named(g, "n7", "n8", "n9")
     t4 = g.nodes[g.node_index["n9"]].inputs[1]
     assert lbdf_region_rows(cm, group)[t4] == 2
+    assert least_rows(cm, group, t4) == 3
+    assert not lbdf_pipeline(cm, group).overflows
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a squeeze-excite group whose input comes from outside (EfficientNet's LBDF plans "
+    "have such groups): the multiply reads 'conv.out' after the global pool has read all 8 "
+    "rows, but an external input gets no skip rows: 8 rows needed, 2 allotted",
+)
+def test_lbdf_squeeze_excite_with_an_external_input():
+    g = to_graph(se_block())
+    cm = model(g, 1 << 20, "lbdf")
+    group = g.all_nodes & ~named(g, "conv")
+    x = g.nodes[g.node_index["conv"]].outputs[0]
+    assert (lbdf_region_rows(cm, group)[x], least_rows(cm, group, x)) == (2, 8)
     assert not lbdf_pipeline(cm, group).overflows
 
 
