@@ -312,7 +312,7 @@ def test_bench_fidelity_publishes_each_layers_cost_over_its_bound(tmp_path):
 @pytest.mark.parametrize(
     "option, message",
     [
-        (["--tables", "bounds,replay"], "unknown fidelity table 'replay'"),
+        (["--tables", "bounds,nosuch"], "unknown fidelity table 'nosuch'"),
         (["--bytes", "two"], "--bytes 'two' is not a comma list of whole numbers"),
         (["--models", "resnt18"], "unknown model 'resnt18'"),
     ],
