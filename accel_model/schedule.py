@@ -270,6 +270,14 @@ def build_schedule(cost_model: CostModel, group: Group) -> Schedule:
     kind, _ = cost_model.priced_order(group)
     if kind == "free":
         return Schedule(group, cost_model.name, "free", cost_model.b, cost_model.beta)
+    if kind == "scheme" and "optimus-groups" in cost_model.accel.conventions:
+        # a fused group priced by Optimus's formulas: its tiles read no halo and may be
+        # rounded up past the buffer, so there is no schedule to lay out, only Optimus's figure
+        raise ScheduleError(
+            "the optimus profile prices a fused group by Optimus's own formulas "
+            "(docs/cost-model.md, \"The optimus profile\"), which read inputs without halo: "
+            "no schedule computes the graph with that traffic"
+        )
     name = cost_model.name if kind == "scheme" else LAYER
     if name not in SCHEDULE_BUILDERS:
         raise ScheduleError(f"no schedule builder for {name} loop orders yet")

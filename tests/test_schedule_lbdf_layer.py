@@ -24,7 +24,7 @@ from accel_model.base import CostModel
 from accel_model.channels import ChannelRole, channel_role
 from accel_model.lbdf import LBDF
 from accel_model.replay import ReplayError, replay
-from accel_model.schedule import Region, Schedule, ScheduleError, TrafficKey
+from accel_model.schedule import Region, Schedule, ScheduleError, TrafficKey, build_schedule
 from accel_model.schedule_layer import layer_schedule
 from accel_model.schedule_lbdf import (
     lbdf_pipeline,
@@ -484,3 +484,13 @@ def test_optimus_profile_layers_have_no_builder():
     assert cm.priced_order(1) == ("layer", 0)
     with pytest.raises(ScheduleError, match="Optimus's own loop blockings"):
         layer_schedule(cm, 1)
+
+
+def test_optimus_profile_fused_groups_have_no_schedule():
+    # Optimus's fused-group formulas read no halo: build_schedule names that, instead of
+    # laying out a BRR schedule of other traffic that the replay would then reject
+    g = to_graph(conv_chain())
+    cm = model(g, 1 << 20, "brr", profile="optimus")
+    assert cm.priced_order(7) == ("scheme", -1)
+    with pytest.raises(ScheduleError, match="Optimus's own formulas"):
+        build_schedule(cm, 7)
