@@ -325,3 +325,25 @@ def test_bench_fidelity_rejects_bad_options_in_one_line(tmp_path, capsys, option
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not report.exists()
+
+
+def test_bench_fidelity_skips_the_optimus_table_without_a_checkout(tmp_path, capsys, monkeypatch):
+    # Optimus is a test oracle, never a dependency: without a checkout its table is skipped,
+    # said so, and nothing is written over an earlier section
+    monkeypatch.delenv("FUSIONPLAN_OPTIMUS_DIR", raising=False)
+    report = tmp_path / "fidelity.md"
+    main(["bench", "fidelity", "--tables", "optimus", "--report", str(report), "-q"])
+    out = capsys.readouterr().out
+    assert "skipped optimus: no Optimus checkout" in out
+    assert not report.exists()
+
+
+def test_bench_fidelity_names_a_directory_that_is_not_optimus(tmp_path, capsys):
+    report = tmp_path / "fidelity.md"
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "fidelity", "--tables", "optimus", "--optimus-dir", str(tmp_path),
+              "--report", str(report), "-q"])  # fmt: skip
+    assert info.value.code != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not an Optimus checkout" in err[0]
+    assert not report.exists()

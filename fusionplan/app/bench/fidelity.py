@@ -7,6 +7,11 @@ publishes each table into the report between its own generated-section markers.
   (docs/cost-model.md, "I/O lower bounds"), the distance to the physical limit, per model;
   and how many cells of the paper and optimus profiles fall below the bound (those profiles
   mirror other tools' conventions: reported, not fixed).
+* ``replay``: every group of every zoo plan, and random groups, built as the schedule its cost
+  model priced and replayed (``replay_table``).
+* ``optimus``: Optimus's own code as the referee of the optimus profile (``bench optimus``'s
+  tables, run only where an Optimus checkout is given; skipped, and nothing published,
+  otherwise).
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from accel_model.io_bounds import fast_memory, io_lower_bound
 from data.zoo import load_zoo_model, zoo_names
 from fusionplan.app.bench import machine_line
 from fusionplan.app.bench.certified import publish_section
+from fusionplan.app.bench.optimus import BUFFERS as OPTIMUS_BUFFERS
+from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
+from fusionplan.app.bench.optimus import run_optimus_bench
+from fusionplan.app.bench.optimus_oracle import OptimusRunner
 from fusionplan.app.bench.replay_table import replay_table
 from fusionplan.ir.graph import OpGraph
 
@@ -42,6 +51,9 @@ class FidelityConfig:
     models: tuple[str, ...] = zoo_names()
     buffers: tuple[str, ...] = ("64KB", "128KB", "512KB")
     bytes_per_element: tuple[int, ...] = (1, 2)
+    optimus: OptimusRunner | None = None  # the ``optimus`` table runs only with a checkout
+    optimus_limit_s: float = 60.0  # work per exact search of the optimus table
+    optimus_data: Path = Path("bench-out/optimus_oracle.json")  # Optimus's figures, rewritten
 
     def points(self) -> list[tuple[str, int]]:
         return list(itertools.product(self.buffers, self.bytes_per_element))
@@ -150,17 +162,36 @@ def bounds_table(config: FidelityConfig, command: str, progress: Progress | None
     return bounds_section(bounds_rows(config, progress), config, command)
 
 
+def optimus_table(
+    config: FidelityConfig, command: str, progress: Progress | None = None
+) -> str | None:
+    """The ``optimus`` table: ``bench optimus``'s cells and group checks (Optimus's figures
+    written to ``config.optimus_data``); None (nothing to publish) without a checkout."""
+    if config.optimus is None:
+        return None
+    total = len(OPTIMUS_NETWORKS) * len(OPTIMUS_BUFFERS)
+    return run_optimus_bench(
+        None,
+        config.optimus,
+        config.optimus_limit_s,
+        command=command,
+        progress=(lambda done: progress(done, total)) if progress else None,
+        data_path=config.optimus_data,
+    )
+
+
 @dataclass(frozen=True)
 class Table:
     """One table of the bench: what it measures and how it is built."""
 
     title: str
-    build: Callable[[FidelityConfig, str, Progress | None], str]
+    build: Callable[[FidelityConfig, str, Progress | None], str | None]
 
 
 TABLES: dict[str, Table] = {
     "bounds": Table("single-layer costs over their I/O lower bounds", bounds_table),
     "replay": Table("closed forms against replayed schedules", replay_table),
+    "optimus": Table("Optimus's own code as the optimus profile's referee", optimus_table),
 }
 
 
@@ -177,9 +208,12 @@ def run_fidelity(
     command: str = "fusionplan bench fidelity",
     progress: Progress | None = None,
 ) -> dict[str, str]:
-    """Build tables ``names`` and publish each into ``report``; returns their sections."""
+    """Build tables ``names`` and publish each into ``report``; returns the sections built
+    (a table with nothing to run, ``optimus`` without a checkout, is left out)."""
     sections = {}
     for name in names:
-        sections[name] = TABLES[name].build(config, command, progress)
-        publish_section(report, sections[name], *markers(name))
+        section = TABLES[name].build(config, command, progress)
+        if section is not None:
+            sections[name] = section
+            publish_section(report, section, *markers(name))
     return sections

@@ -101,7 +101,7 @@ def groups_of(plan: Plan, names: list[str]) -> list[list[str]]:
 
 
 def run_optimus_bench(
-    report_path: str | Path,
+    report_path: str | Path | None,
     runner: OptimusRunner,
     limit_s: float = 60.0,
     networks: Sequence[str] = NETWORKS,
@@ -109,7 +109,8 @@ def run_optimus_bench(
     progress: Callable[[int], None] | None = None,
     data_path: str | Path = DATA,
 ) -> str:
-    """Run Optimus and fusionplan on every cell; write the data file and the report section."""
+    """Run Optimus and fusionplan on every cell; write the data file and the report section
+    (into ``report_path`` when given; ``bench fidelity`` publishes it under its own markers)."""
     cells: dict[str, dict[str, Any]] = {}
     checks: list[GroupCheck] = []
     ablation: dict[str, list[float]] = {}
@@ -154,7 +155,8 @@ def run_optimus_bench(
         ]
     _write_data(data_path, runner, cells)
     section = optimus_section(cells, checks, ablation, runner, command)
-    publish_section(report_path, section, BEGIN, END)
+    if report_path is not None:
+        publish_section(report_path, section, BEGIN, END)
     return section
 
 

@@ -652,10 +652,16 @@ def bench_optimus(optimus_dir, optimus_python, exact_limit, report, data, quiet)
               help="Comma list of bytes per element.")  # fmt: skip
 @click.option("--report", type=OutputPath(), default="bench-out/fidelity.md", show_default=True,
               help="Markdown file; only each table's generated section is replaced.")  # fmt: skip
+@click.option("--optimus-dir", type=click.Path(file_okay=False),
+              help="An Optimus checkout for the optimus table; default $FUSIONPLAN_OPTIMUS_DIR "
+              "(without one the table is skipped).")  # fmt: skip
+@click.option("--optimus-python",
+              help="Optimus's interpreter; default $FUSIONPLAN_OPTIMUS_PYTHON.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True)
-def bench_fidelity(tables, models, buffers, bytes_, report, quiet):
+def bench_fidelity(tables, models, buffers, bytes_, report, optimus_dir, optimus_python, quiet):
     """How close fusionplan's figures are to schedules that exist: each zoo layer's
-    single-layer cost over its I/O lower bound (docs/cost-model.md, "I/O lower bounds")."""
+    single-layer cost over its I/O lower bound (docs/cost-model.md, "I/O lower bounds"), the
+    closed forms against replayed schedules, and Optimus's code pricing the optimus profile."""
     names = _names(tables) or ()
     for name in names:
         if name not in FIDELITY_TABLES:
@@ -673,8 +679,15 @@ def bench_fidelity(tables, models, buffers, bytes_, report, quiet):
         raise ConfigError(f"--bytes {bytes_!r} is not a comma list of whole numbers") from None
     if not names or not _names(buffers) or not per_element or min(per_element) < 1:
         raise ConfigError("--tables, --buffers and --bytes (>= 1) must each name a value")
-    config = FidelityConfig(tuple(chosen), _names(buffers), per_element)
+    root = optimus_checkout(optimus_dir) if "optimus" in names else None
+    runner = OptimusRunner(root, optimus_python or "") if root else None
+    data = Path(report).with_name("optimus_oracle.json")
+    config = FidelityConfig(tuple(chosen), _names(buffers), per_element, runner, optimus_data=data)
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     with progress_bar("fidelity models", len(chosen), enabled=not quiet) as progress:
-        run_fidelity(report, names, config, command or "fusionplan bench fidelity", progress)
-    click.echo(f"wrote {report} ({', '.join(names)})")
+        built = run_fidelity(report, names, config, command or "fusionplan bench fidelity",
+                             progress)  # fmt: skip
+    skipped = [n for n in names if n not in built]
+    click.echo(f"wrote {report} ({', '.join(built) or 'no table'})" + (
+        f"; skipped {', '.join(skipped)}: no Optimus checkout (--optimus-dir or "
+        "$FUSIONPLAN_OPTIMUS_DIR)" if skipped else ""))  # fmt: skip
