@@ -428,6 +428,7 @@ class BRR(CostModel):
         )
         channel_slice, role, window, ext_in = self._slice, self._role, self._window, self._ext_in
         barrier_whole, overlap_whole = self._barrier_reads_whole, self._overlap_whole
+        physical = self._physical
         s0, s1 = sliced[0], sliced[1]
         again0, again1 = (sliced[2], sliced[3]) if len(sliced) > 2 else (0, 0)
         ceil = math.ceil
@@ -437,19 +438,22 @@ class BRR(CostModel):
         rs0 = rs1 = 0.0
         for v in bits(group) if nodes is None else nodes:
             c_out, _, w_out = out_hw[v]
-            keeps = stored[v]
-            if keeps:
-                for ti, p in in_place[v]:
-                    if p >= 0 and group >> p & 1 and readers[ti] & group == 1 << v:
-                        keeps = False  # written over its only in-group reader's input
-                        break
             bit = 1 << v
-            if keeps:
+            keeps0 = keeps1 = stored[v]
+            if keeps0:
+                for ti, p in in_place[v]:
+                    if p >= 0 and group >> p & 1 and readers[ti] & group == bit:
+                        # written over its only in-group reader's input, unless it recomputes
+                        # slice by slice rows of a whole producer it would have overwritten
+                        keeps0 = bool(again0 & bit and not s0 >> p & 1)
+                        keeps1 = bool(again1 & bit and not s1 >> p & 1)
+                        break
+            if keeps0 or keeps1:
                 h, sc = rows[v], scale[v]
-                c0 = channel_slice[v] if s0 & bit else c_out
+                c0 = (channel_slice[v] if s0 & bit else c_out) if keeps0 else 0
                 fp0 += c0 * h * w_out
                 rs0 += c0 * sc * w_out
-                c1 = channel_slice[v] if s1 & bit else c_out
+                c1 = (channel_slice[v] if s1 & bit else c_out) if keeps1 else 0
                 fp1 += c1 * h * w_out
                 rs1 += c1 * sc * w_out
                 if lines is not None:
@@ -473,17 +477,22 @@ class BRR(CostModel):
                 grow = ceil(scale[v] * s - 1e-9)  # its rows per sink row, at most
                 kept = ext_rows.get(ti)
                 if kept is None:
-                    ext_rows[ti] = [n, w0, w1, grow, h_in]
+                    ext_rows[ti] = [n, w0, w1, grow, h_in, r == _LOCAL]
                 else:
                     if n > kept[0]:
                         kept[0] = n
+                    if physical and (r == _LOCAL or kept[5]):
+                        # a local reader runs with its own slice loop, the other reader at
+                        # another time: the slices would be read twice, so keep them all
+                        w0 = w1 = cw
+                        kept[5] = True
                     if w0 > kept[1]:
                         kept[1] = w0
                     if w1 > kept[2]:
                         kept[2] = w1
                     if grow > kept[3]:
                         kept[3] = grow
-        for ti, (n, w0, w1, grow, h_in) in ext_rows.items():
+        for ti, (n, w0, w1, grow, h_in, _) in ext_rows.items():
             fp0 += n * w0
             fp1 += n * w1
             if lines is not None:

@@ -94,33 +94,37 @@ class _Builder:
             for i, t in enumerate(nodes[v].inputs):
                 if not self.in_group(tensors[t].producer):
                     self.external.setdefault(t, []).append((v, i))
+        # sliced ops that recompute rows they made (BRR.slice_rereaders)
+        self.again = 0
+        if cm._physical and cm._partial:
+            self.again = cm.slice_rereaders((self.sliced, self.sliced), group)[2]
         self.in_place = self._in_place()
         self.whole_ext = self._whole_inputs()
 
     # -- what the cost model decided --------------------------------------------------
     def _in_place(self) -> dict[int, int]:
-        """op -> the input tensor it overwrites (the cost model's in-place rule)."""
-        cm, group = self.cm, self.group
+        """op -> the input tensor it overwrites (the cost model's in-place rule: not a
+        sliced op that recomputes rows of a whole producer)."""
+        cm, group, sliced = self.cm, self.group, self.sliced
         out = {}
         for v in self.nodes:
             if not cm._stored[v]:
                 continue
             for ti, p in cm._in_place[v]:
                 if self.in_group(p) and cm._tensor_readers[ti] & group == 1 << v:
-                    out[v] = ti
+                    if not (self.again >> v & 1 and not sliced >> p & 1):
+                        out[v] = ti
                     break
         return out
 
     def _whole_inputs(self) -> dict[int, bool]:
         """External tensor -> held with all its channels (else one slice at a time)."""
-        cm = self.cm
-        # sliced ops that recompute rows they made re-read their inputs per slice
-        again = 0
-        if cm._physical and cm._partial:
-            again = cm.slice_rereaders((self.sliced, self.sliced), self.group)[2]
+        cm, again = self.cm, self.again  # a recomputing op re-reads its inputs per slice
         whole: dict[int, bool] = {}
         for t, readers in self.external.items():
-            w = False
+            # a local reader and another: read at two times (BRR.footprints)
+            local = sum(cm._role[v] == ChannelRole.LOCAL for v, _ in readers)
+            w = cm._physical and len(readers) > 1 and local > 0
             for v, _ in readers:
                 role = cm._role[v]
                 w = w or (role == ChannelRole.BARRIER and cm._barrier_reads_whole)
@@ -442,6 +446,9 @@ class _StepWriter:
         self.acts, self.step_weights, self.rng, self.ran = [], set(), rng, {}
         self.sweeping, self.spent = {}, {}
         self.done = {v: a for v, (a, _) in rng.items()}
+        if not b.tt.resident:  # a tile streams every op's weights, as F_D charges
+            for v in b.nodes:
+                self.weights(v)
         longest = max(rng[v][1] - rng[v][0] for v in b.sinks)
         for k in range(longest):
             for v in b.sinks:
@@ -584,6 +591,8 @@ class _StepWriter:
             for i in lp.concat.get(v, range(len(ins))):
                 if graph.tensors[ins[i]].producer not in lp.ops:
                     self.read_input(v, i, r)
+        for m in fresh:  # an earlier pass those reads ran has written these rows
+            fresh[m] = max(fresh[m], self.written[m])
         for v in rows:  # streamed weights serve one computation: another pass re-reads
             self.weights(v, again=bool(self.spent.get(v, set()) - {id(lp)}))
             self.spent.setdefault(v, set()).add(id(lp))

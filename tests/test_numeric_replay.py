@@ -209,10 +209,6 @@ KNOWN: dict[tuple[str, str, int], str] = {
         "LBDF: the classifier 'fc2' accumulates over 4 row passes with no region for its "
         "partial sums"
     ),
-    ("two_stage_residual", "brr", 8192): (
-        "BRR: 'add' runs in place over 'conv2.out', then is recomputed per channel slice for "
-        "'sub', whose input rows it has overwritten"
-    ),
     ("class_token", "lbdf", 2048): (
         "a Concat along the row axis (the class token) shifts rows: output row r reads "
         "'proj.out' row r - 1, but both cost models give it a one-row window (K = max(1, S), "
@@ -221,25 +217,17 @@ KNOWN: dict[tuple[str, str, int], str] = {
     ("class_token", "lbdf", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
     ("class_token", "brr", 2048): "the class token's Concat shifts rows (see lbdf 2048)",
     ("class_token", "brr", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
-    ("inverted_residual_se", "brr", 2048): (
-        "BRR streamed SE group: the pool reads every row of 'hs1.out' in tile 0; tile 1's "
-        "'scale' rows 4..8 need 'hs1.out' row 4 again, which the region no longer holds"
-    ),
-    ("bottleneck_bn", "brr", 2048): (
-        "BRR: 'x' is held as a 4-channel slice of 3 rows for 'a', but the residual 'add' "
-        "reads it again rows later: row 7's slices no longer fit ('add' row 7 needs 'x' row 7)"
-    ),
-    ("bottleneck_bn", "brr", 8192): "BRR: 'x' held as a slice for 'a' and read again by 'add'",
 }
 TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {
-    ("se_block", "brr", 1024): (
-        "BRR streamed SE group (2 tiles): the multiply recomputes conv after the pool saw every "
-        "row, reading conv's weights 3 times (fc2's twice) where F_D charges 2 tiles (2842 "
-        "elements moved, 2276 charged); conv rows 7..8 are computed twice from one read"
+    ("two_stage_residual", "brr", 8192): (
+        "BRR group [conv1 ... sub]: 'sub' needs 'conv3', made from the slice loop, so a second "
+        "pass recomputes the sliced 'short' and 'add' and streams 'short''s weights again: "
+        "9168 B moved, 9024 B charged"
     ),
-    ("bottleneck_bn", "brr", 1024): (
-        "BRR streamed bottleneck: 'x', held as a channel slice for 'a', is read again for the "
-        "residual 'add': 4096 elements of x moved, io charges 2048 (10688 moved, 8640 charged)"
+    ("se_block", "brr", 1024): (
+        "BRR streamed SE group (2 tiles): a second pass recomputes the sliced conv for the "
+        "multiply after the pool saw every row, streaming conv's weights twice a tile (4 x 584) "
+        "where F_D charges 2 tiles: 3444 B moved, 2276 B charged"
     ),
     ("dilated_grouped", "brr", 2048): (
         "layer output-tiles of the dilated conv: the schedule moves 17200 B, the layer's "
@@ -247,10 +235,6 @@ TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {
     ),
     ("dilated_grouped", "lbdf", 2048): "layer output-tiles of the dilated conv: 17200 B moved, "
     "18224 B charged",
-    ("channels_last_block", "brr", 1024): (
-        "BRR group [gelu ... add]: the decomposed GELU reads its input 'pw1.out' at two depths "
-        "(div and mul) and the schedule reads it from DRAM twice: 6675 moved, 4627 charged"
-    ),
 }
 """Plans whose schedules compute the graph but move other traffic than their cost model
 charges (more: a cost below its schedule; less: a closed form above it), or that a replay
