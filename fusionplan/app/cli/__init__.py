@@ -1,11 +1,12 @@
 """The ``fusionplan`` command line. Thin: parse, call the API, print; nothing imports it.
 
 One module per command group (``plan`` and ``sweep``, ``zoo``, ``dataset``, ``train``,
-``bench``), each imported only when its command runs, so ``fusionplan --help`` lists them
-without loading numpy, onnx or the cost models. Every error caused by bad input is a
-:class:`FusionPlanError`, printed on one line with exit code 2; output paths are checked
-before any work, and outputs are written atomically, so a failure leaves no partial file. An
-``OSError`` (a write that fails anyway: disk full, a race) is one line and exit code 2 too.
+``bench``, ``report``, ...), each imported only when its command runs, so ``fusionplan
+--help`` lists them without loading numpy, onnx or the cost models. Every error caused by
+bad input is a :class:`FusionPlanError`, printed on one line with exit code 2; output paths
+are checked before any work, and outputs are written atomically, so a failure leaves no
+partial file. An ``OSError`` (a write that fails anyway: disk full, a race) is one line and
+exit code 2 too.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "batch": (
         "fusionplan.app.cli.batch:batch_cmd",
         "Batch a dynamic network's ops (ED-Batch) and run it.",
+    ),
+    "report": (
+        "fusionplan.app.cli.report:report_cmd",
+        "An interactive HTML report of plan files and sweep tables.",
     ),
 }
 """Command name -> ("module:attribute", the one-line help ``fusionplan --help`` shows)."""

@@ -21,6 +21,7 @@ from fusionplan.app.cli.common import (
     progress_bar,
 )
 from fusionplan.app.grid import Grid, grid_rows, run_grid, write_grid_plot
+from fusionplan.app.htmlreport import write_plan_html, write_sweep_html
 from fusionplan.app.pipeline import plan_graph, sweep_graph
 from fusionplan.app.report import write_sweep_csv, write_sweep_plot
 from fusionplan.engines import tasks_per_node
@@ -39,10 +40,11 @@ from search.effort import STOP_CLOCK
     type=OutputPath(),
     help="Write the model with fusion groups as node metadata.",
 )
+@click.option("--html", type=OutputPath(), help="Write an interactive HTML report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON instead of a summary.")
-def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, as_json):
+def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, html, as_json):
     """Plan fusion for MODEL (an ONNX file or a zoo name; see `fusionplan zoo list`)."""
-    check_distinct_outputs({"-o/--output": output, "--onnx-out": onnx_out})
+    check_distinct_outputs({"-o/--output": output, "--onnx-out": onnx_out, "--html": html})
     request = opts.request(buffer)
     graph = opts.load(model)
     with progress_bar(f"{opts.search} on {graph.name}", opts.budget, not opts.quiet) as progress:
@@ -51,11 +53,13 @@ def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, as_json):
         result.save(output)
     if onnx_out:
         result.annotate_onnx(model_source(model), onnx_out)
+    if html:
+        write_plan_html(result, html)
     if as_json:
         click.echo(result.to_json())
     else:
         _print_plan(result)
-        for path in (output, onnx_out):
+        for path in (output, onnx_out, html):
             if path:
                 click.echo(f"wrote {path}")
 
@@ -111,6 +115,9 @@ def _print_plan(plan: Plan) -> None:
 )
 @click.option("--plot", type=OutputPath(), help="Write a DRAM-vs-buffer PNG here.")
 @click.option("-o", "--output", type=OutputPath(), help="Write the table as CSV.")
+@click.option(
+    "--html", type=OutputPath(), help="Write an interactive chart (each point opens its plan)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep as JSON.")
 def sweep_cmd(
     model,
@@ -122,6 +129,7 @@ def sweep_cmd(
     out_dir,
     plot,
     output,
+    html,
     as_json,
 ):
     """DRAM traffic of MODEL across buffer sizes: a table, optionally CSV and a PNG plot.
@@ -130,7 +138,7 @@ def sweep_cmd(
     buffers) as independent tasks on the chosen engine, resumably; the rows do not depend on
     where they ran.
     """
-    check_distinct_outputs({"-o/--output": output, "--plot": plot})
+    check_distinct_outputs({"-o/--output": output, "--plot": plot, "--html": html})
     sizes = [b.strip() for b in buffers.split(",") if b.strip()]
     if not sizes:
         raise ConfigError("--buffers needs at least one size")
@@ -145,7 +153,7 @@ def sweep_cmd(
     if grid_mode:
         load_options = json.dumps([sorted(opts.input_shape), opts.strict_ops])
         grid = Grid(tuple(models), tuple(scheme_list), tuple(requests), load_options)
-        _sweep_grid(grid, opts, engine_opts, out_dir, plot, output, as_json)
+        _sweep_grid(grid, opts, engine_opts, out_dir, plot, output, html, as_json)
         return
     requests = [replace(r, scheme=scheme_list[0]) for r in requests]
     graph = opts.load(models[0])
@@ -158,6 +166,8 @@ def sweep_cmd(
         write_sweep_csv(rows, output)
     if plot:
         write_sweep_plot(rows, plot, title=f"{graph.name}, {scheme}")
+    if html:
+        write_sweep_html(plans, rows, html)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -187,7 +197,7 @@ def sweep_cmd(
         ],
         title=f"{graph.name}: {scheme}, {opts.search} x {opts.budget}, splitter {opts.splitter}",
     )
-    for path in (output, plot):
+    for path in (output, plot, html):
         if path:
             click.echo(f"wrote {path}")
 
@@ -209,8 +219,9 @@ def _model_label(model: str) -> str:
 
 
 def _sweep_grid(
-    grid: Grid, opts: PlanOptions, engine_opts: EngineOptions, out_dir, plot, output, as_json
-) -> None:
+    grid: Grid, opts: PlanOptions, engine_opts: EngineOptions, out_dir, plot, output, html,
+    as_json,
+) -> None:  # fmt: skip
     engine = engine_opts.make()
     with progress_bar("sweep tasks", len(grid.models) * len(grid.schemes), not opts.quiet) as bar:
         rows, outcomes = run_grid(
@@ -221,6 +232,8 @@ def _sweep_grid(
         write_sweep_csv(rows, output)
     if plot:
         write_grid_plot(rows, plot)
+    if html:  # a grid keeps its rows, not its plans: the chart alone
+        write_sweep_html([], rows, html)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -243,7 +256,7 @@ def _sweep_grid(
     )
     if outcomes:
         click.echo(tasks_per_node(outcomes))
-    for path in (output, plot):
+    for path in (output, plot, html):
         if path:
             click.echo(f"wrote {path}")
     failed = sorted({(r["model"], r["scheme"]) for r in rows if r["error"]})

@@ -16,6 +16,7 @@ from fusionplan.app.cli.common import (
     input_shape_option,
     parse_shapes,
 )
+from fusionplan.app.htmlreport import write_streams_html
 from fusionplan.passes.streams.pipeline import EXECUTORS
 from fusionplan.passes.streams.simulate import EVENT_S
 
@@ -60,6 +61,7 @@ from fusionplan.passes.streams.simulate import EVENT_S
 @input_shape_option()
 @click.option("--trace", type=OutputPath(), help="Write a Chrome/Perfetto trace (JSON) here.")
 @click.option("--gantt", type=OutputPath(), help="Write a Gantt chart (PNG) here.")
+@click.option("--html", type=OutputPath(), help="Write an interactive Gantt chart (HTML) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def streams_cmd(
     model,
@@ -72,12 +74,13 @@ def streams_cmd(
     input_shape,
     trace,
     gantt,
+    html,
     as_json,
 ) -> None:
     """Schedule MODEL's ops (ONNX file or zoo name) onto parallel streams with the fewest
     synchronisations, as Nimble does; report streams, events, and the makespan simulated on
     the op-latency model against its bounds and one stream."""
-    check_distinct_outputs({"--trace": trace, "--gantt": gantt})
+    check_distinct_outputs({"--trace": trace, "--gantt": gantt, "--html": html})
     shapes = parse_shapes(input_shape)
     result = schedule_streams(
         model,
@@ -93,10 +96,12 @@ def streams_cmd(
         result.save_trace(trace)
     if gantt:
         result.save_gantt(gantt)
+    if html:
+        write_streams_html(result.trace(), result.report.model + ": stream schedule", html)
     if as_json:
         click.echo(json.dumps(result.report.to_json(), indent=2))
         return
     click.echo(result.summary())
-    for path in (trace, gantt):
+    for path in (trace, gantt, html):
         if path:
             click.echo(f"wrote {path}")
