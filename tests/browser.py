@@ -9,6 +9,7 @@ byte. The tests need only a few commands: open a page, evaluate a script, click 
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -110,7 +111,9 @@ class Browser:
 
     # -- page ----------------------------------------------------------------------------
     def open(self, path: Path) -> float:
-        """Load ``path`` in a fresh page; the seconds until its load event."""
+        """Load ``path`` in a fresh page; the seconds until its load event. Events (and so
+        console errors) are counted from here."""
+        self.events = []
         target = self.send("Target.createTarget", {"url": "about:blank"}, page=False)
         attached = self.send(
             "Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}, page=False
@@ -174,10 +177,8 @@ class Browser:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
+        with contextlib.suppress(BrowserError, OSError):
             self.send("Browser.close", page=False)
-        except (BrowserError, OSError):
-            pass
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -123,7 +123,7 @@
       const g = sv("g", { class: "op", "data-i": i, "data-op": op.name,
         transform: "translate(" + (op.x - BOX_W / 2) + "," + (op.y - BOX_H / 2) + ")" }, opLayer);
       sv("rect", { class: "box", width: BOX_W, height: BOX_H, rx: 4 }, g);
-      sv("rect", { width: 5, height: BOX_H, rx: 2, fill: D.graph.colours[op.type] }, g);
+      sv("rect", { class: "type", width: 5, height: BOX_H, rx: 2, fill: D.graph.colours[op.type] }, g);
       sv("text", { class: "t", x: 10, y: 13 }, g, op.type);
       sv("text", { class: "l", x: 10, y: 25 }, g, op.label);
       graph.ops.push(g);
@@ -584,7 +584,7 @@
     }
     for (const o of c.ops) {
       const x = X(o.start), w = Math.max(0.8, X(o.end) - x), y = T + o.stream * LANE + 3;
-      const r = sv("rect", { class: "op", x, y, width: w, height: LANE - 6, fill: S.colours[o.type], "data-op": o.name }, svg);
+      const r = sv("rect", { class: "op", x, y, width: w, height: LANE - 6, fill: S.colours[o.type], "data-op": o.name, "data-type": o.type }, svg);
       if (w > 34) sv("text", { x: x + 3, y: y + LANE / 2 + 1 }, svg, o.type.slice(0, Math.floor(w / 6)));
       const lines = [o.name, o.type + " on stream " + o.stream, o.start.toFixed(3) + " – " + o.end.toFixed(3) + " µs (" + (o.end - o.start).toFixed(3) + " µs)"];
       r.addEventListener("mousemove", (e) => showTip(e, lines));
