@@ -315,3 +315,26 @@ def test_random_graphs_report(tmp_path) -> None:
         assert sorted(v for g in decoded["plans"][0]["groups"] for v in g["ops"]) == list(
             range(len(graph))
         )
+
+
+def _page_data(path) -> dict:
+    page = path.read_text(encoding="utf-8")
+    return json.loads(page.split('id="fp-data">', 1)[1].split("</script>", 1)[0])
+
+
+def test_plan_sweep_and_streams_write_html(tmp_path, capsys) -> None:
+    model = str(save(residual_block(16), tmp_path))
+    main(["plan", model, "--buffer", "2KB", "--search", "exact", "-q", "--html",
+          str(tmp_path / "plan.html"), "-o", str(tmp_path / "plan.json")])  # fmt: skip
+    shown = _page_data(tmp_path / "plan.html")["plans"][0]
+    saved = json.loads((tmp_path / "plan.json").read_text())
+    assert [g["dram"] for g in shown["groups"]] == [g["dram_bytes"] for g in saved["groups"]]
+    main(["sweep", model, "--buffers", "1KB,64KB", "--search", "exact", "-q", "--html",
+          str(tmp_path / "sweep.html")])  # fmt: skip
+    sweep = _page_data(tmp_path / "sweep.html")
+    assert [r["plan"] for r in sweep["sweep"]["rows"]] == [0, 1]
+    assert [p["accelerator"]["buffer_bytes"] for p in sweep["plans"]] == [1024, 65536]
+    main(["streams", model, "--html", str(tmp_path / "streams.html")])
+    (chart,) = _page_data(tmp_path / "streams.html")["streams"]["charts"]
+    assert len(chart["ops"]) == 6 and chart["streams"] >= 1
+    capsys.readouterr()
