@@ -11,6 +11,8 @@ import math
 
 from fusionplan.ir.graph import Node, OpGraph, row_span
 
+Range = tuple[int, int]
+
 WINDOWED_KINDS = frozenset({"conv", "pool", "resize"})
 
 
@@ -51,6 +53,27 @@ def lbdf_lag(graph: OpGraph, v: int) -> int:
     if is_windowed(node):
         return row_span(node) // 2
     return 0
+
+
+def lbdf_reduces(graph: OpGraph, v: int) -> bool:
+    """Whether LBDF folds op ``v``'s input into accumulators one row per pass (global
+    pooling, a classifier contracting rows) instead of waiting for every row: its output
+    rows are all held from the first pass to the last (docs/cost-model.md, "LBDF")."""
+    node = graph.nodes[v]
+    return (
+        node.whole_input
+        and node.kind in ("global_pool", "matmul")
+        and not is_activation_matmul(node)
+        and graph.tensors[node.inputs[0]].shape[1] > 1
+    )
+
+
+def proportional_rows(r: int, out_h: int, in_h: int) -> Range:
+    """Input rows output row ``r`` of a row-aligned operand reads (heights may differ)."""
+    if in_h == out_h:
+        return (r, r + 1)
+    lo = min(r * in_h // out_h, in_h - 1)
+    return (lo, max(min(math.ceil((r + 1) * in_h / out_h), in_h), lo + 1))
 
 
 def row_window(graph: OpGraph, v: int) -> tuple[float, float]:

@@ -32,12 +32,11 @@ a skip FIFO for the rows its faster input runs ahead. The builder writes that ou
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from accel_model.lbdf import LBDF
-from accel_model.rows import is_activation_matmul, lbdf_input_rows, lbdf_lag
+from accel_model.lbdf import LBDF, lbdf_firings, lbdf_read_rows
+from accel_model.rows import lbdf_input_rows, lbdf_lag, lbdf_reduces
 from accel_model.schedule import (
     SCHEDULE_BUILDERS,
     Action,
@@ -49,24 +48,24 @@ from accel_model.schedule import (
     Transfer,
     traffic,
 )
-from accel_model.windows import input_rows
 from fusionplan.ir.graph import Group, OpGraph, bits
 
 
 def lbdf_region_rows(cm: LBDF, group: Group) -> dict[int, int]:
-    """Rows of each tensor's region: over its in-group readers, the line buffer plus the
-    skip FIFO the cost model allots (docs/cost-model.md, "LBDF"); the per-tensor split of
-    ``LBDF.buffer_terms``'s line and skip terms."""
-    graph, capped = cm.graph, cm.physical_rows
-    tensors = graph.tensors
+    """Rows of each tensor's region: under the default profile the ring the cost model
+    allots (``LBDF.rings``, sinks' rows and reductions' accumulators included); under the
+    paper's and Optimus's, over its in-group readers, the line buffer plus the skip FIFO
+    the paper counts, and none for a sink (docs/cost-model.md, "LBDF"). Either way the
+    per-tensor split of ``LBDF.buffer_terms``'s line and skip terms."""
+    if cm.physical_rows:
+        return {t: held for t, (_, held) in cm.rings(group).items()}
+    graph, tensors = cm.graph, cm.graph.tensors
     delay: dict[int, int] = {}
     rows: dict[int, int] = {}
     for v in bits(group):
         node = graph.nodes[v]
         heights = [tensors[t].shape[1] for t in node.inputs]
         held = lbdf_input_rows(graph, v)
-        if capped:
-            held = tuple(min(r, max(h, 1)) for r, h in zip(held, heights, strict=True))
         producers = [tensors[t].producer for t in node.inputs]
         inside = [p >= 0 and group >> p & 1 for p in producers]
         ready = max((delay[p] for p, ok in zip(producers, inside, strict=True) if ok), default=0)
@@ -75,8 +74,7 @@ def lbdf_region_rows(cm: LBDF, group: Group) -> dict[int, int]:
             r = held[i]
             whole = r >= heights[i] > 1  # held whole: no skip rows (an attention operand)
             if join and inside[i] and not whole:
-                lag = ready - delay[producers[i]]
-                r += min(lag, heights[i]) if capped else lag
+                r += ready - delay[producers[i]]
             rows[t] = rows.get(t, 0) + r
         delay[v] = ready + lbdf_lag(graph, v)
     return rows
@@ -133,14 +131,6 @@ def _sinks(graph: OpGraph, group: Group) -> list[int]:
     return [v for v in bits(group) if not graph.succ_mask[v] & group]
 
 
-def _proportional(r: int, out_h: int, in_h: int) -> Range:
-    """Input rows output row ``r`` of a row-aligned operand reads (heights may differ)."""
-    if in_h == out_h:
-        return (r, r + 1)
-    lo = min(r * in_h // out_h, in_h - 1)
-    return (lo, max(min(math.ceil((r + 1) * in_h / out_h), in_h), lo + 1))
-
-
 class _Actor:
     """An external input read row by row (``op`` -1) or an op firing once per output row
     (per input row for a reduction); ``needs[i]`` = (tensor, first rows, ends) per firing."""
@@ -183,22 +173,9 @@ class _Pipe:
 
     def _op_actor(self, v: int) -> _Actor:
         graph = self.graph
-        node = graph.nodes[v]
-        h_out = max(graph.out_shape(v)[1], 1)
-        heights = [max(graph.tensors[t].shape[1], 1) for t in node.inputs]
-        reduce = node.whole_input and node.kind in ("global_pool", "matmul")
-        reduce = reduce and not is_activation_matmul(node) and heights[0] > 1
-        a = _Actor(v, -1, heights[0] if reduce else h_out, reduce)
-        for i, t in enumerate(node.inputs):
-            if reduce:  # one input row per pass
-                spans = [_proportional(f, heights[0], heights[i]) for f in range(a.firings)]
-            elif is_activation_matmul(node):  # row r reads row r of A and all of B
-                spans = [
-                    _proportional(r, h_out, heights[0]) if i == 0 else (0, heights[i])
-                    for r in range(h_out)
-                ]
-            else:
-                spans = [input_rows(graph, v, i, (r, r + 1)) for r in range(h_out)]
+        a = _Actor(v, -1, lbdf_firings(graph, v), lbdf_reduces(graph, v))
+        for i, t in enumerate(graph.nodes[v].inputs):
+            spans = [lbdf_read_rows(graph, v, i, f) for f in range(a.firings)]
             a.needs.append((t, [s[0] for s in spans], [s[1] for s in spans]))
         return a
 
