@@ -20,6 +20,8 @@ from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_
 from accel_model.optimus_pricing import OptimusPricing
 from accel_model.registry import COST_MODELS
 from accel_model.rows import input_rows, row_window
+from accel_model.schedule import ScheduleError
+from accel_model.windows import concat_offset
 from fusionplan.ir.graph import Group, bits
 
 _MIXING, _LOCAL, _BARRIER = ChannelRole.MIXING, ChannelRole.LOCAL, ChannelRole.BARRIER
@@ -37,7 +39,9 @@ class BRRTerms:
     ``h_tile`` output rows. ``peak`` is the elements the priced schedule holds at once: the
     footprint and weights when resident, the footprint of a whole tile when streamed. A group
     whose footprint does not fit (invalid) has ``resident`` False, ``h_tile`` 0 and ``tiles``
-    1 (run layer by layer, weights read once).
+    1 (run layer by layer, weights read once). ``rerun`` (weights streamed again per tile)
+    and ``reread`` (elements of slice-held inputs read again) are what the later passes of
+    a slice loop add (:meth:`BRR.recompute_traffic`).
     """
 
     __slots__ = (
@@ -46,6 +50,8 @@ class BRRTerms:
         "last_height",
         "parity",
         "peak",
+        "reread",
+        "rerun",
         "resident",
         "row_step",
         "tiles",
@@ -57,6 +63,7 @@ class BRRTerms:
         self.last_height, self.weights, self.parity = last_height, weights, parity
         self.tiles, self.resident, self.h_tile = 1, True, last_height
         self.peak = footprint + weights
+        self.rerun = self.reread = 0  # a slice loop's later passes: BRR.recompute_traffic
 
     def tile(
         self,
@@ -373,7 +380,72 @@ class BRR(CostModel):
             other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1, g1)
             if other.dram_key(b, beta) < best.dram_key(b, beta):
                 best = other
+            if self._physical and b * best.footprint < beta:
+                chosen = sliced[best.parity]
+                if chosen and self._may_recompute(group, chosen):
+                    rerun, best.reread = self.recompute_traffic(group, chosen)
+                    best.rerun = 0 if best.resident else rerun
         return best
+
+    def _may_recompute(self, group: Group, sliced: Group) -> bool:
+        """Whether a slice loop of ``group`` needs a later pass (a cheap test before
+        :meth:`recompute_traffic`): a sliced op reads an op that keeps all its channels and
+        lies below a sliced op of its own loop (joined to it by edges between sliced ops)."""
+        graph = self.graph
+        desc, succ, pred, anc = (
+            graph.descendant_mask,
+            graph.succ_mask,
+            graph.pred_mask,
+            graph.ancestor_mask,
+        )
+        below = 0
+        for s in bits(sliced):
+            below |= desc[s]
+        below &= group & ~sliced
+        if not below:
+            return False
+        for m in bits(sliced):
+            producers = pred[m] & below
+            if not producers:
+                continue
+            loop, frontier = 1 << m, 1 << m
+            while frontier:
+                v = (frontier & -frontier).bit_length() - 1
+                frontier &= frontier - 1
+                near = (succ[v] | pred[v]) & sliced & ~loop
+                loop |= near
+                frontier |= near
+            for p in bits(producers):
+                if anc[p] & loop:
+                    return True
+        return False
+
+    def recompute_traffic(self, group: Group, sliced: Group) -> tuple[int, int]:
+        """(weights streamed again per tile, elements read again) by the later passes of
+        the slice loops of ``group`` under the slicing ``sliced``: a pass recomputes the
+        sliced ops an earlier pass computed, streaming their weights again, and reads again
+        the slice-held inputs an earlier pass read (docs/cost-model.md, "Channel slices")."""
+        again = self.slice_rereaders((sliced, sliced), group)[2]
+        external = external_readers(self.graph, group)
+        whole = self.whole_inputs(group, sliced, again, external)
+        try:
+            passes = SliceLoops(self, group, sliced, external, whole).loops()
+        except ScheduleError:
+            return 0, 0  # no schedule: nothing to count
+        runs: dict[int, int] = {}
+        reads: dict[int, int] = {}
+        for lp in passes:
+            for v in lp.ops | lp.partial:
+                runs[v] = runs.get(v, 0) + 1
+            for t in lp.tensors:
+                reads[t] = reads.get(t, 0) + 1
+        weights, tensors = self.node_weights, self.graph.tensors
+        rerun = sum(weights[v] * (n - 1) for v, n in runs.items())
+        reread = 0
+        for t, n in reads.items():
+            c, h, w = tensors[t].shape
+            reread += c * h * w * (n - 1)
+        return rerun, reread
 
     def slice_rereaders(self, sliced: tuple[Group, Group], group: Group) -> tuple[Group, ...]:
         """``sliced`` plus, per parity, the sliced ops that recompute rows they already made:
@@ -389,6 +461,28 @@ class BRR(CostModel):
             if desc[v] & overlapping:
                 again |= 1 << v
         return s0, s1, s0 & again, s1 & again
+
+    def whole_inputs(
+        self, group: Group, sliced: Group, again: Group, external: dict[int, list[tuple[int, int]]]
+    ) -> dict[int, bool]:
+        """External tensor -> held with all its channels under the slicing ``sliced`` (its
+        recomputing ops ``again``), else one channel slice at a time: the channel rule of
+        :meth:`footprints`, per tensor (docs/cost-model.md, "Channel slices")."""
+        role, pe, whole = self._role, self.accel.pe_unroll, {}
+        for t, readers in external.items():
+            # a local reader and another read it at two times
+            w = self._physical and len(readers) > 1 and any(role[v] == _LOCAL for v, _ in readers)
+            for v, _ in readers:
+                w = (
+                    w
+                    or (role[v] == _BARRIER and self._barrier_reads_whole)
+                    or self._overlap_whole[v]
+                    or bool(again >> v & 1)
+                    or (role[v] == _MIXING and bool(sliced >> v & 1))
+                )
+            c = self.graph.tensors[t].shape[0]
+            whole[t] = w or not pe or min(pe, c) >= c
+        return whole
 
     def tile_rows(self, group: Group, h: int) -> tuple[dict[int, int], dict[int, int]]:
         """Rows each op of ``group`` and each of its external input tensors holds in a tile
@@ -443,11 +537,13 @@ class BRR(CostModel):
             if keeps0:
                 for ti, p in in_place[v]:
                     if p >= 0 and group >> p & 1 and readers[ti] & group == bit:
-                        # written over its only in-group reader's input, unless it recomputes
-                        # slice by slice rows of a whole producer it would have overwritten
-                        keeps0 = bool(again0 & bit and not s0 >> p & 1)
-                        keeps1 = bool(again1 & bit and not s1 >> p & 1)
-                        break
+                        # written over the input it alone reads in the group; a sliced op
+                        # only over a sliced producer (a recompute, of its rows or in a later
+                        # pass, reads a whole producer's rows again)
+                        if not s0 & bit or s0 >> p & 1:
+                            keeps0 = False
+                        if not s1 & bit or s1 >> p & 1:
+                            keeps1 = False
             if keeps0 or keeps1:
                 h, sc = rows[v], scale[v]
                 c0 = (channel_slice[v] if s0 & bit else c_out) if keeps0 else 0
@@ -512,7 +608,7 @@ class BRR(CostModel):
         if self._fractional_reads and valid and not tt.resident:
             dram = b * (io + self._fractional_weight_reads(group, tt.h_tile))
         else:
-            dram = b * io + weights * tt.tiles
+            dram = b * (io + tt.reread) + (weights + b * tt.rerun) * tt.tiles
         if not valid:
             # Only unfusable singletons are ever costed invalid in a plan: layer by layer.
             return GroupCost(footprint, dram, False)
@@ -531,3 +627,196 @@ class BRR(CostModel):
         """Whether a source of ``group`` (no in-group producer) is a local op or a concat."""
         pred = self.graph.pred_mask
         return any(not pred[v] & group for v in bits(group & self._local_mask))
+
+
+class SlicePass:
+    """One pass of a slice loop: ops and external inputs that run one channel slice at a
+    time, and their readers (docs/cost-model.md, "Schedules and replay")."""
+
+    def __init__(self) -> None:
+        self.ops: set[int] = set()  # sliced ops and whole ops reading a slice-held input
+        self.recompute: set[int] = set()  # ops of an earlier pass computed again in this one
+        self.tensors: set[int] = set()  # external inputs held as a slice
+        self.partial: set[int] = set()  # readers accumulating over the slices
+        self.concat: dict[int, list[int]] = {}  # concat -> its inputs filled by this loop
+        self.channels = 0
+
+
+class SliceLoops:
+    """The slice loops of a group under one slicing, each split into passes that run in
+    order: the sliced ops joined by edges, plus the external inputs held as a slice and
+    their channel-local readers, run one channel slice at a time (docs/cost-model.md,
+    "Schedules and replay"). The schedule builder lays them out; the closed form counts
+    the recomputations of their later passes."""
+
+    def __init__(
+        self,
+        cm: BRR,
+        group: Group,
+        sliced: Group,
+        external: dict[int, list[tuple[int, int]]],
+        whole_ext: dict[int, bool],
+    ) -> None:
+        self.graph, self.group, self.sliced = cm.graph, group, sliced
+        self.external, self.whole_ext = external, whole_ext
+        self.role, self.pe_unroll = cm._role, cm.accel.pe_unroll
+        succ = cm.graph.succ_mask
+        self.consumers = {v: bits(succ[v] & group) for v in bits(group)}
+
+    def in_group(self, v: int) -> bool:
+        return v >= 0 and bool(self.group >> v & 1)
+
+    def loops(self) -> list[SlicePass]:
+        """The slice loops of the group, each split into passes that can run in order."""
+        graph, tensors = self.graph, self.graph.tensors
+        parent: dict[tuple[str, int], tuple[str, int]] = {}
+
+        def find(x: tuple[str, int]) -> tuple[str, int]:
+            while parent.setdefault(x, x) != x:
+                x = parent[x]
+            return x
+
+        def union(a: tuple[str, int], b: tuple[str, int]) -> None:
+            parent[find(a)] = find(b)
+
+        sliced = set(bits(self.sliced))
+        for v in sliced:
+            find(("op", v))
+            for c in self.consumers[v]:
+                if c in sliced:
+                    union(("op", v), ("op", c))
+        ext_partial: dict[int, set[int]] = {}  # slice-held input -> readers accumulating it
+        for t, readers in self.external.items():
+            if self.whole_ext[t]:
+                continue
+            find(("tensor", t))
+            for v, _ in readers:
+                if v in sliced or self.role[v] == ChannelRole.LOCAL:
+                    union(("tensor", t), ("op", v))
+                else:
+                    ext_partial.setdefault(t, set()).add(v)
+        parts: dict[tuple[str, int], tuple[set[int], set[int]]] = {}
+        for key in list(parent):
+            ops, ts = parts.setdefault(find(key), (set(), set()))
+            (ops if key[0] == "op" else ts).add(key[1])
+        if parts and not self.pe_unroll:
+            raise ScheduleError("channel slices without a PE unroll")
+        out: list[SlicePass] = []
+        for ops, ts in sorted(parts.values(), key=lambda p: min(p[0] | {1 << 60})):
+            channels = {graph.out_shape(v)[0] for v in ops} | {tensors[t].shape[0] for t in ts}
+            if len(channels) != 1:
+                raise ScheduleError(
+                    "a slice loop mixes channel counts " + ", ".join(map(str, sorted(channels)))
+                )
+            out += self._passes(ops, ts, ext_partial, channels.pop())
+        seen: set[int] = set()
+        for lp in out:
+            if lp.partial & seen:
+                raise ScheduleError("an op accumulates over two slice loops")
+            seen |= lp.partial
+        return out
+
+    def _fed(self, members: set[int], fed_by: set[int]) -> tuple[set[int], dict[int, list[int]]]:
+        """Readers outside ``members`` of the sliced ops ``fed_by``: (accumulating readers,
+        concat -> the inputs the slices fill)."""
+        graph, tensors = self.graph, self.graph.tensors
+        partial: set[int] = set()
+        concat: dict[int, list[int]] = {}
+        for v in sorted(fed_by):
+            if not self.sliced >> v & 1:
+                continue  # a whole op reading a slice-held input finishes inside the loop
+            for c in self.consumers[v]:
+                if c in members:
+                    continue
+                if graph.nodes[c].kind == "concat" and concat_offset(graph, c, 0) is not None:
+                    ins = graph.nodes[c].inputs
+                    concat.setdefault(c, []).extend(
+                        i for i, t in enumerate(ins) if tensors[t].producer == v
+                    )
+                else:
+                    partial.add(c)
+        return partial, concat
+
+    def _passes(
+        self, members: set[int], ts: set[int], ext_partial: dict[int, set[int]], channels: int
+    ) -> list[SlicePass]:
+        """Split a slice loop into passes: a member that reads (through ops outside the
+        loop) what the loop's readers make runs in a later pass, recomputing the members it
+        reads slice by slice (a squeeze-excite scale applied to a sliced conv's output)."""
+        graph, tensors, group = self.graph, self.graph.tensors, self.group
+        desc = graph.descendant_mask
+        remaining, earlier = set(members), set()
+        passes: list[SlicePass] = []
+        if not members:  # only readers accumulating over a slice-held input
+            lp = SlicePass()
+            lp.partial = {v for t in ts for v in ext_partial.get(t, ())}
+            lp.tensors, lp.channels = set(ts), channels
+            return [lp]
+        while remaining:
+            run = set(remaining)
+            while True:
+                partial, concat = self._fed(members, run)
+                if not passes:
+                    partial |= {v for t in ts for v in ext_partial.get(t, ())}
+                # what runs after this pass: its readers, and every op outside the loop
+                # below one of its members
+                reach = 0
+                for c in partial | set(concat):
+                    reach |= (desc[c] & group) | 1 << c
+                for m in run:
+                    reach |= desc[m] & group
+                reach &= ~sum(1 << m for m in members)
+                bad = {
+                    m
+                    for m in run
+                    for t in graph.nodes[m].inputs
+                    if tensors[t].producer not in members
+                    and self.in_group(tensors[t].producer)
+                    and reach >> tensors[t].producer & 1
+                }
+                for m in sorted(run):
+                    if any(desc[b] >> m & 1 for b in bad):
+                        bad.add(m)
+                if not bad:
+                    break
+                run -= bad
+                if not run:
+                    break
+            if not run:
+                readers = {v for t in ts for v in ext_partial.get(t, ())}
+                if passes or not readers:
+                    raise ScheduleError("a slice loop reads its own output")
+                # the slice-held inputs' accumulating readers first, the members later
+                lp = SlicePass()
+                lp.partial, lp.tensors, lp.channels = readers, set(ts), channels
+                passes.append(lp)
+                continue
+            again: set[int] = set()
+            stack = list(run)
+            while stack:
+                for t in graph.nodes[stack.pop()].inputs:
+                    p = tensors[t].producer
+                    if p in earlier and p not in again:
+                        again.add(p)
+                        stack.append(p)
+            lp = SlicePass()
+            lp.ops, lp.recompute = run | again, again
+            lp.partial, lp.concat, lp.channels = partial, concat, channels
+            lp.tensors = {
+                t for t in ts if any(v in lp.ops or v in partial for v, _ in self.external[t])
+            }
+            passes.append(lp)
+            earlier |= run
+            remaining -= run
+        return passes
+
+
+def external_readers(graph, group: Group) -> dict[int, list[tuple[int, int]]]:
+    """Tensor read by ``group`` from outside it -> its in-group (reader, input index)s."""
+    tensors, out = graph.tensors, {}
+    for v in bits(group):
+        for i, t in enumerate(graph.nodes[v].inputs):
+            p = tensors[t].producer
+            if p < 0 or not group >> p & 1:
+                out.setdefault(t, []).append((v, i))
+    return out

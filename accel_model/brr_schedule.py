@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import math
 
-from accel_model.brr import BRR
-from accel_model.channels import ChannelRole
+from accel_model.brr import BRR, SliceLoops, SlicePass, external_readers
 from accel_model.schedule import (
     SCHEDULE_BUILDERS,
     Action,
@@ -48,18 +47,6 @@ from accel_model.windows import concat_offset, input_rows
 from fusionplan.ir.graph import Group, bits
 
 
-class _Loop:
-    """Ops and external inputs that run one channel slice at a time, and their readers."""
-
-    def __init__(self) -> None:
-        self.ops: set[int] = set()  # sliced ops and whole ops reading a slice-held input
-        self.recompute: set[int] = set()  # ops of an earlier pass computed again in this one
-        self.tensors: set[int] = set()  # external inputs held as a slice
-        self.partial: set[int] = set()  # readers accumulating over the slices
-        self.concat: dict[int, list[int]] = {}  # concat -> its inputs filled by this loop
-        self.channels = 0
-
-
 @SCHEDULE_BUILDERS.register("brr")
 def brr_schedule(cm: BRR, group: Group) -> Schedule:
     """The schedule :class:`BRR` priced for ``group`` (module docstring)."""
@@ -71,7 +58,7 @@ class _Builder:
         self.cm, self.group = cm, group
         self.graph = graph = cm.graph
         self.nodes = bits(group)
-        nodes, tensors = graph.nodes, graph.tensors
+        nodes = graph.nodes
         tt = cm.terms(group)
         if cm.b * tt.footprint >= cm.beta:
             raise ScheduleError("the group does not fit: it runs layer by layer")
@@ -89,54 +76,29 @@ class _Builder:
         self.outputs = {
             t for v in self.nodes for t in nodes[v].outputs if t in outs or readers[t] & ~group
         }
-        self.external: dict[int, list[tuple[int, int]]] = {}  # tensor -> (reader, input index)
-        for v in self.nodes:
-            for i, t in enumerate(nodes[v].inputs):
-                if not self.in_group(tensors[t].producer):
-                    self.external.setdefault(t, []).append((v, i))
+        self.external = external_readers(graph, group)  # tensor -> (reader, input index)
         # sliced ops that recompute rows they made (BRR.slice_rereaders)
         self.again = 0
         if cm._physical and cm._partial:
             self.again = cm.slice_rereaders((self.sliced, self.sliced), group)[2]
         self.in_place = self._in_place()
-        self.whole_ext = self._whole_inputs()
+        self.whole_ext = cm.whole_inputs(group, self.sliced, self.again, self.external)
 
     # -- what the cost model decided --------------------------------------------------
     def _in_place(self) -> dict[int, int]:
-        """op -> the input tensor it overwrites (the cost model's in-place rule: not a
-        sliced op that recomputes rows of a whole producer)."""
+        """op -> the input tensor it overwrites (the cost model's in-place rule: a sliced op
+        only over a sliced producer)."""
         cm, group, sliced = self.cm, self.group, self.sliced
         out = {}
         for v in self.nodes:
             if not cm._stored[v]:
                 continue
             for ti, p in cm._in_place[v]:
-                if self.in_group(p) and cm._tensor_readers[ti] & group == 1 << v:
-                    if not (self.again >> v & 1 and not sliced >> p & 1):
-                        out[v] = ti
+                alone = self.in_group(p) and cm._tensor_readers[ti] & group == 1 << v
+                if alone and (not sliced >> v & 1 or sliced >> p & 1):
+                    out[v] = ti
                     break
         return out
-
-    def _whole_inputs(self) -> dict[int, bool]:
-        """External tensor -> held with all its channels (else one slice at a time)."""
-        cm, again = self.cm, self.again  # a recomputing op re-reads its inputs per slice
-        whole: dict[int, bool] = {}
-        for t, readers in self.external.items():
-            # a local reader and another: read at two times (BRR.footprints)
-            local = sum(cm._role[v] == ChannelRole.LOCAL for v, _ in readers)
-            w = cm._physical and len(readers) > 1 and local > 0
-            for v, _ in readers:
-                role = cm._role[v]
-                w = w or (role == ChannelRole.BARRIER and cm._barrier_reads_whole)
-                w = (
-                    w
-                    or cm._overlap_whole[v]
-                    or again >> v & 1
-                    or (role == ChannelRole.MIXING and self.sliced >> v & 1)
-                )
-            c = self.graph.tensors[t].shape[0]
-            whole[t] = w or not cm.accel.pe_unroll or min(cm.accel.pe_unroll, c) >= c
-        return whole
 
     # -- regions ----------------------------------------------------------------------
     def regions(self) -> tuple[Region, ...]:
@@ -182,151 +144,6 @@ class _Builder:
             r._replace(aliases=tuple(aliases[i])) if i in aliases else r for i, r in enumerate(out)
         )
 
-    # -- slice loops and the order of work in a step ----------------------------------
-    def loops(self) -> list[_Loop]:
-        """The slice loops of the group, each split into passes that can run in order."""
-        graph, tensors = self.graph, self.graph.tensors
-        parent: dict[tuple[str, int], tuple[str, int]] = {}
-
-        def find(x: tuple[str, int]) -> tuple[str, int]:
-            while parent.setdefault(x, x) != x:
-                x = parent[x]
-            return x
-
-        def union(a: tuple[str, int], b: tuple[str, int]) -> None:
-            parent[find(a)] = find(b)
-
-        sliced = set(bits(self.sliced))
-        for v in sliced:
-            find(("op", v))
-            for c in self.consumers[v]:
-                if c in sliced:
-                    union(("op", v), ("op", c))
-        ext_partial: dict[int, set[int]] = {}  # slice-held input -> readers accumulating it
-        for t, readers in self.external.items():
-            if self.whole_ext[t]:
-                continue
-            find(("tensor", t))
-            for v, _ in readers:
-                if v in sliced or self.cm._role[v] == ChannelRole.LOCAL:
-                    union(("tensor", t), ("op", v))
-                else:
-                    ext_partial.setdefault(t, set()).add(v)
-        parts: dict[tuple[str, int], tuple[set[int], set[int]]] = {}
-        for key in list(parent):
-            ops, ts = parts.setdefault(find(key), (set(), set()))
-            (ops if key[0] == "op" else ts).add(key[1])
-        if parts and not self.cm.accel.pe_unroll:
-            raise ScheduleError("channel slices without a PE unroll")
-        out: list[_Loop] = []
-        for ops, ts in sorted(parts.values(), key=lambda p: min(p[0] | {1 << 60})):
-            channels = {graph.out_shape(v)[0] for v in ops} | {tensors[t].shape[0] for t in ts}
-            if len(channels) != 1:
-                raise ScheduleError(
-                    "a slice loop mixes channel counts " + ", ".join(map(str, sorted(channels)))
-                )
-            out += self._passes(ops, ts, ext_partial, channels.pop())
-        seen: set[int] = set()
-        for lp in out:
-            if lp.partial & seen:
-                raise ScheduleError("an op accumulates over two slice loops")
-            seen |= lp.partial
-        return out
-
-    def _fed(self, members: set[int], fed_by: set[int]) -> tuple[set[int], dict[int, list[int]]]:
-        """Readers outside ``members`` of the sliced ops ``fed_by``: (accumulating readers,
-        concat -> the inputs the slices fill)."""
-        graph, tensors = self.graph, self.graph.tensors
-        partial: set[int] = set()
-        concat: dict[int, list[int]] = {}
-        for v in sorted(fed_by):
-            if not self.sliced >> v & 1:
-                continue  # a whole op reading a slice-held input finishes inside the loop
-            for c in self.consumers[v]:
-                if c in members:
-                    continue
-                if graph.nodes[c].kind == "concat" and concat_offset(graph, c, 0) is not None:
-                    ins = graph.nodes[c].inputs
-                    concat.setdefault(c, []).extend(
-                        i for i, t in enumerate(ins) if tensors[t].producer == v
-                    )
-                else:
-                    partial.add(c)
-        return partial, concat
-
-    def _passes(
-        self, members: set[int], ts: set[int], ext_partial: dict[int, set[int]], channels: int
-    ) -> list[_Loop]:
-        """Split a slice loop into passes: a member that reads (through ops outside the
-        loop) what the loop's readers make runs in a later pass, recomputing the members it
-        reads slice by slice (a squeeze-excite scale applied to a sliced conv's output)."""
-        graph, tensors, group = self.graph, self.graph.tensors, self.group
-        desc = graph.descendant_mask
-        remaining, earlier = set(members), set()
-        passes: list[_Loop] = []
-        if not members:  # only readers accumulating over a slice-held input
-            lp = _Loop()
-            lp.partial = {v for t in ts for v in ext_partial.get(t, ())}
-            lp.tensors, lp.channels = set(ts), channels
-            return [lp]
-        while remaining:
-            run = set(remaining)
-            while True:
-                partial, concat = self._fed(members, run)
-                if not passes:
-                    partial |= {v for t in ts for v in ext_partial.get(t, ())}
-                # what runs after this pass: its readers, and every op outside the loop
-                # below one of its members
-                reach = 0
-                for c in partial | set(concat):
-                    reach |= (desc[c] & group) | 1 << c
-                for m in run:
-                    reach |= desc[m] & group
-                reach &= ~sum(1 << m for m in members)
-                bad = {
-                    m
-                    for m in run
-                    for t in graph.nodes[m].inputs
-                    if tensors[t].producer not in members
-                    and self.in_group(tensors[t].producer)
-                    and reach >> tensors[t].producer & 1
-                }
-                for m in sorted(run):
-                    if any(desc[b] >> m & 1 for b in bad):
-                        bad.add(m)
-                if not bad:
-                    break
-                run -= bad
-                if not run:
-                    break
-            if not run:
-                readers = {v for t in ts for v in ext_partial.get(t, ())}
-                if passes or not readers:
-                    raise ScheduleError("a slice loop reads its own output")
-                # the slice-held inputs' accumulating readers first, the members later
-                lp = _Loop()
-                lp.partial, lp.tensors, lp.channels = readers, set(ts), channels
-                passes.append(lp)
-                continue
-            again: set[int] = set()
-            stack = list(run)
-            while stack:
-                for t in graph.nodes[stack.pop()].inputs:
-                    p = tensors[t].producer
-                    if p in earlier and p not in again:
-                        again.add(p)
-                        stack.append(p)
-            lp = _Loop()
-            lp.ops, lp.recompute = run | again, again
-            lp.partial, lp.concat, lp.channels = partial, concat, channels
-            lp.tensors = {
-                t for t in ts if any(v in lp.ops or v in partial for v, _ in self.external[t])
-            }
-            passes.append(lp)
-            earlier |= run
-            remaining -= run
-        return passes
-
     # -- steps ------------------------------------------------------------------------
     def progress(self, step: int, last: bool) -> dict[int, int]:
         """Rows each op has computed by the end of ``step`` (a prefix of its output): its
@@ -371,7 +188,8 @@ class _Builder:
 
     def build(self) -> Schedule:
         cm = self.cm
-        writer = _StepWriter(self, self.loops())
+        loops = SliceLoops(self.cm, self.group, self.sliced, self.external, self.whole_ext)
+        writer = _StepWriter(self, loops.loops())
         n_steps = math.ceil(self.tt.last_height / self.per_step)
         before = dict.fromkeys(self.nodes, 0)
         steps: list[Step] = []
@@ -422,11 +240,11 @@ class _StepWriter:
     read or pulled just before, so only the rows a window spans are held at once. A slice
     loop runs whole when first reached: every slice over every row its readers need."""
 
-    def __init__(self, b: _Builder, loops: list[_Loop]) -> None:
+    def __init__(self, b: _Builder, loops: list[SlicePass]) -> None:
         self.b = b
         self.graph = b.graph
         self.loops = loops
-        self.loop_of: dict[int, list[_Loop]] = {}
+        self.loop_of: dict[int, list[SlicePass]] = {}
         for lp in loops:
             for v in (lp.ops - lp.recompute) | lp.partial | set(lp.concat):
                 self.loop_of.setdefault(v, []).append(lp)
@@ -545,7 +363,7 @@ class _StepWriter:
                 self.acts.append(Compute(v, (r, r + 1), ch))
                 self.write(v, (r, r + 1), ch)
 
-    def run_loop(self, lp: _Loop, v: int = -1, upto: int = 0) -> None:
+    def run_loop(self, lp: SlicePass, v: int = -1, upto: int = 0) -> None:
         """A slice loop pass: each channel slice through every member, then its readers.
         A pass of sliced ops runs its whole range at once (a sliced op recomputes what its
         readers need in the step); a pass of whole ops reading a slice-held input runs one
@@ -583,7 +401,7 @@ class _StepWriter:
         else:
             del self.ran[id(lp)]  # resumed when a reader needs more rows
 
-    def _sweep(self, lp: _Loop, rows: dict[int, Range], fresh: dict[int, int]) -> None:
+    def _sweep(self, lp: SlicePass, rows: dict[int, Range], fresh: dict[int, int]) -> None:
         """One sweep over the channel slices computing ``rows`` of each active op."""
         graph = self.graph
         for v, r in rows.items():  # what the pass reads from outside it, first
@@ -593,7 +411,9 @@ class _StepWriter:
                     self.read_input(v, i, r)
         for m in fresh:  # an earlier pass those reads ran has written these rows
             fresh[m] = max(fresh[m], self.written[m])
-        for v in rows:  # streamed weights serve one computation: another pass re-reads
+        # streamed weights serve one computation: each pass of a tile streams its ops'
+        # weights again, as the closed form charges (BRR.recompute_traffic)
+        for v in sorted(lp.ops | lp.partial):
             self.weights(v, again=bool(self.spent.get(v, set()) - {id(lp)}))
             self.spent.setdefault(v, set()).add(id(lp))
         # slice-held inputs another pass of this step read: their slices are gone

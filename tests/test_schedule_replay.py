@@ -249,14 +249,20 @@ def test_an_input_read_by_a_local_op_and_another_keeps_all_its_channels():
     assert (cm.dram_bytes(grp), cm.buffer_bytes(grp)) == (r.dram_bytes, r.peak_bytes)
 
 
-@pytest.mark.xfail(strict=True, reason="closed form: a recompute pass re-streams weights")
 def test_a_recompute_pass_streams_its_weights_again():
-    # RandWire seed 0 at 29056 B: two sliced convs feed two adds that rejoin after a mixing
-    # conv; the second pass recomputes the sliced convs, streaming their weights again:
-    # 150,144 B replayed against 112,512 B charged
+    # RandWire seed 0 at 29056 B (b = 1, parity 0, 8 tiles of 2 rows): the sliced convs
+    # conv_18 and conv_24 feed add_25 (-> relu, conv_28, the whole conv_31) and add_32;
+    # add_33 = add_32 + conv_31 needs conv_31, which the slice loop makes, so a second pass
+    # recomputes conv_18, conv_24 and add_32, streaming the two convs' weights again in each
+    # tile. io 4 tensors of 12,288 B = 49,152; weights (2352 + 2352 + 432 + 2352 + 432) * 8
+    # = 63,360; the second pass (2352 + 2352) * 8 = 37,632: F_D = 150,144 B
     cm = rw(0, 29056)
     grp = 0xFF900
-    assert run(cm, grp).dram_bytes == cm.dram_bytes(grp)
+    tt = cm.terms(grp)
+    assert (tt.tiles, tt.rerun, tt.reread) == (8, 2 * 2352, 0)
+    r = run(cm, grp)
+    assert r.dram_bytes == 49152 + 63360 + 37632 == cm.dram_bytes(grp)
+    assert r.per_tensor[TrafficKey("weights", 8)] == 2 * 8 * 2352
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -300,11 +306,12 @@ def test_the_plan_file_carries_each_groups_compact_schedule(tmp_path):
     assert back.groups == plan.groups
 
 
-def test_a_sliced_op_that_recomputes_does_not_overwrite_a_whole_producer():
+def test_a_sliced_op_runs_in_place_only_over_a_sliced_producer():
     # RandWire seed 0 at 29056 B (b = 1, weights 2352 + 432 + 2352 + 432 = 5,568 resident).
     # Parity 0 slices add_48, which recomputes rows for conv_51's 3x3 window, and wrote it in
     # place over the whole conv_47 (3 rows x 48 channels): the recompute read rows it had
-    # overwritten. Now add_48 keeps its own 3 x 32 x 16 = 1,536 elements, so parity 0 holds
+    # overwritten. A sliced op now runs in place only over a sliced producer, so add_48
+    # keeps its own 3 x 32 x 16 = 1,536 elements and parity 0 holds
     # 17,152 + 1,536 = 18,688; parity 1 (conv_47 and add_48 sliced, the add in place over
     # its sliced producer) holds 2560 + 2560 + 3840 + 3840 + 2304 + 1536 + 512 = 17,152 and
     # wins: F_beta = 17,152 + 5,568 = 22,720 B; io 3 tensors of 12,288 B: F_D = 42,432 B
