@@ -86,13 +86,12 @@ def test_linear_gelu_costs_by_hand() -> None:
     assert (fc.weights, bias.weights, gelu.weights) == (128, 16, 0)
     assert not fc.whole_input
     group = mask_of(range(3))
-    # LBDF: weights 128 + 16 = 144; every op keeps 1 row per input: fc 8, bias 16, gelu 16
-    # -> line 40; every lag is 0 and no op has two in-group inputs -> skip 0;
-    # F_beta = 144 + 40 = 184; DRAM_io = x 32 + y 64 = 96, F_D = 96 + 144 = 240.
-    # (Were the MatMul whole-input, its lag would be H_in = 4 rows: still no skip here.)
+    # LBDF: weights 128 + 16 = 144; one row per tensor: x 8, fc.out 16, bias.out 16 and
+    # the sink y 16 -> line 56; every lag is 0 -> skip 0;
+    # F_beta = 144 + 56 = 200; DRAM_io = x 32 + y 64 = 96, F_D = 96 + 144 = 240.
     lbdf = LBDF(graph, Accelerator.of("64KB", "lbdf"))
-    assert lbdf.buffer_terms(group) == (144, 40, 0)
-    assert (lbdf.cost(group).buffer, lbdf.cost(group).dram) == (184, 240)
+    assert lbdf.buffer_terms(group) == (144, 56, 0)
+    assert (lbdf.cost(group).buffer, lbdf.cost(group).dram) == (200, 240)
     # BRR: h = 1 for gelu, bias and fc (every window (1, 1)); x needs 1 row of 8.
     # footprint = 16 + 16 + 16 + 8 = 56; row_step = 48; H_out(L) = 4; 144 + 56 < 64 KB:
     # resident, F_beta = 200, F_D = 240. (A whole-input MatMul would need all 4 rows of
@@ -195,6 +194,13 @@ def test_vit_block_matches_the_hand_estimate() -> None:
     assert (at_1mb.terms(mask_of(mlp)).h_tile, at_1mb.terms(mask_of(mlp)).tiles) == (41, 5)
     assert brr.terms(mask_of(core)).footprint == 1_386_072
     assert brr.terms(mask_of(attention)).footprint == 4_112_472
-    # Q and the probabilities one row each, K^T and V whole (197 rows of 768)
-    assert lbdf.buffer_terms(mask_of(core)) == (0, 768 + 2_364 + 2_364 + 2 * 151_296, 0)
-    assert lbdf.buffer_terms(mask_of(attention))[2] == 0  # V is held whole, not skipped
+    # LBDF core (Q, K^T, V from outside): Q, the scores, the probabilities and the output
+    # one row each, K^T and V whole (197 rows of 768)
+    assert lbdf.buffer_terms(mask_of(core)) == (0, 768 + 2_364 + 2_364 + 2 * 151_296 + 768, 0)
+    # the attention sub-block: Q, made with K, waits for the last row of K^T, and the block
+    # input waits for the residual add: each held whole, 1 row of window and 196 of skip;
+    # V is read whole, so it adds no skip: skip = 2 * 196 * 768
+    assert lbdf.buffer_terms(mask_of(attention))[2] == 2 * 196 * 768
+    # the MLP: one row of each tensor, the sink's included: 5 * 768 (block input, LN2, fc2,
+    # its bias, the residual add) + 7 * 3072 (fc1, its bias, the five GELU ops) = 25,344
+    assert lbdf.buffer_terms(mask_of(mlp))[1:] == (25_344, 0)
