@@ -219,16 +219,6 @@ KNOWN: dict[tuple[str, str, int], str] = {
     ("class_token", "brr", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
 }
 TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {
-    ("two_stage_residual", "brr", 8192): (
-        "BRR group [conv1 ... sub]: 'sub' needs 'conv3', made from the slice loop, so a second "
-        "pass recomputes the sliced 'short' and 'add' and streams 'short''s weights again: "
-        "9168 B moved, 9024 B charged"
-    ),
-    ("se_block", "brr", 1024): (
-        "BRR streamed SE group (2 tiles): a second pass recomputes the sliced conv for the "
-        "multiply after the pool saw every row, streaming conv's weights twice a tile (4 x 584) "
-        "where F_D charges 2 tiles: 3444 B moved, 2276 B charged"
-    ),
     ("dilated_grouped", "brr", 2048): (
         "layer output-tiles of the dilated conv: the schedule moves 17200 B, the layer's "
         "closed form charges 18224 B"
