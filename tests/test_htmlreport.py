@@ -23,6 +23,7 @@ from fusionplan.app.htmlreport.layout import (
     _fit,
     count_crossings,
     layered_layout,
+    separations,
 )
 from fusionplan.app.htmlreport.payload import (
     plan_diff,
@@ -108,9 +109,10 @@ def test_fit_is_the_closest_separated_placement() -> None:
     # two boxes of width 150 both wanting x = 0 must sit 150 + GAP apart: least squares
     # puts them symmetrically at -(150 + GAP)/2 and +(150 + GAP)/2
     half = (150 + GAP) / 2
-    assert _fit([0.0, 0.0], [150.0, 150.0]) == pytest.approx([-half, half])
+    assert _fit([0.0, 0.0], separations([150.0, 150.0])) == pytest.approx([-half, half])
     # wants that already keep the separation are kept as they are
-    assert _fit([0.0, 400.0, 900.0], [150.0, 14.0, 150.0]) == pytest.approx([0.0, 400.0, 900.0])
+    kept = _fit([0.0, 400.0, 900.0], separations([150.0, 14.0, 150.0]))
+    assert kept == pytest.approx([0.0, 400.0, 900.0])
 
 
 # -- plans --------------------------------------------------------------------------------

@@ -208,30 +208,35 @@ def _place(
 ) -> list[float]:
     """x of every node: packed first, then pulled towards its neighbours, layer by layer."""
     x = [0.0] * len(width)
-    for row in layers:
-        cursor = 0.0
-        for v in row:
-            x[v] = cursor + width[v] / 2
-            cursor += width[v] + GAP
+    offsets = [separations([width[v] for v in row]) for row in layers]
+    for row, offset in zip(layers, offsets, strict=True):
+        for v, o in zip(row, offset, strict=True):
+            x[v] = o + width[row[0]] / 2
     for sweep in range(PLACE_SWEEPS):
         order = range(1, len(layers)) if sweep % 2 == 0 else range(len(layers) - 2, -1, -1)
         nbrs = up if sweep % 2 == 0 else down
         for i in order:
             row = layers[i]
             want = [sum(x[w] for w in nbrs[v]) / len(nbrs[v]) if nbrs[v] else x[v] for v in row]
-            for v, xv in zip(row, _fit(want, [width[v] for v in row]), strict=True):
+            for v, xv in zip(row, _fit(want, offsets[i]), strict=True):
                 x[v] = xv
     return x
 
 
-def _fit(want: Sequence[float], width: Sequence[float]) -> list[float]:
-    """The positions closest to ``want`` (least squares) that keep the boxes in order and
-    ``GAP`` apart: isotonic regression on ``want - offset`` (pool adjacent violators)."""
+def separations(width: Sequence[float]) -> list[float]:
+    """The least distance of each box's centre from the first's: half widths and a GAP."""
     offset, acc = [], 0.0
     for i, w in enumerate(width):
         if i:
             acc += (width[i - 1] + w) / 2 + GAP
         offset.append(acc)
+    return offset
+
+
+def _fit(want: Sequence[float], offset: Sequence[float]) -> list[float]:
+    """The positions closest to ``want`` (least squares) that keep the boxes in order and at
+    least ``offset`` apart (:func:`separations`): isotonic regression on ``want - offset``
+    (pool adjacent violators)."""
     blocks: list[list[float]] = []  # [mean, count]
     for target in (w - o for w, o in zip(want, offset, strict=True)):
         blocks.append([target, 1.0])

@@ -118,8 +118,8 @@ def plan_report(
 
 def write_plan_html(plan: Plan, path: str | Path) -> Path:
     """``fusionplan plan --html``: the report of one plan, written atomically."""
-    label = plan_label(plan.to_dict())
-    return write_text_atomic(path, plan_report(plan.graph, [(label, plan.to_dict())]))
+    data = plan.to_dict()  # builds every group's schedule: once
+    return write_text_atomic(path, plan_report(plan.graph, [(plan_label(data), data)]))
 
 
 def write_sweep_html(
