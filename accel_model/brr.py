@@ -484,11 +484,13 @@ class BRR(CostModel):
             whole[t] = w or not pe or min(pe, c) >= c
         return whole
 
-    def tile_rows(self, group: Group, h: int) -> tuple[dict[int, int], dict[int, int]]:
+    def tile_rows(
+        self, group: Group, h: int, parity: int = 0
+    ) -> tuple[dict[int, int], dict[int, int]]:
         """Rows each op of ``group`` and each of its external input tensors holds in a tile
-        of ``h`` sink rows: the allocation the tile's footprint ``f(h)`` prices
-        (docs/cost-model.md, "BRR"): each row count grows from the one-row tile by its
-        whole-row scale per sink row until it reaches its tensor's height."""
+        of ``h`` sink rows under the slicing ``parity``: the allocation the tile's footprint
+        ``f(h)`` prices (docs/cost-model.md, "BRR"): each row count grows from the one-row
+        tile by its whole-row scale per sink row until it reaches its tensor's height."""
         nodes = bits(group)
         sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
         if self._physical and self._partial:
@@ -497,8 +499,25 @@ class BRR(CostModel):
         rows, scale, _ = self._rows(group, nodes)
         self.footprints(group, rows, scale, sliced, nodes, lines)
         out_hw = self._out_shape
-        ops = {v: min(rows[v] + (h - 1) * int(scale[v]), out_hw[v][1]) for v in nodes}
+        first = dict(rows)
+        for key, a0, a1, r, _, _ in lines:
+            if key >= 0 and (a1 if parity else a0):
+                first[key] = r
+        ops = {v: min(first[v] + (h - 1) * int(scale[v]), out_hw[v][1]) for v in nodes}
         return ops, {~key: min(r + (h - 1) * g, cap) for key, _, _, r, g, cap in lines if key < 0}
+
+    def _reader_rows(
+        self, v: int, rows: int, grow: int, group: Group, s0: Group, s1: Group
+    ) -> tuple[int, int]:
+        """Rows a one-row tile keeps of op ``v`` under each slicing ``s0``, ``s1``: an op that
+        keeps all its channels and reads a sliced in-group producer accumulates the slice
+        loop's output over every row of its step at once, ``grow`` rows per sink row (more
+        than the ``rows`` its readers' windows span), so it keeps that many."""
+        cap = self._out_shape[v][1]
+        producers, bit = self.graph.pred_mask[v] & group, 1 << v
+        r0 = min(grow, cap) if producers & s0 and not s0 & bit else rows
+        r1 = min(grow, cap) if producers & s1 and not s1 & bit else rows
+        return r0, r1
 
     def footprints(
         self,
@@ -540,20 +559,27 @@ class BRR(CostModel):
                         # written over the input it alone reads in the group; a sliced op
                         # only over a sliced producer (a recompute, of its rows or in a later
                         # pass, reads a whole producer's rows again)
-                        if not s0 & bit or s0 >> p & 1:
+                        if not (physical and s0 & bit) or s0 >> p & 1:
                             keeps0 = False
-                        if not s1 & bit or s1 >> p & 1:
+                        if not (physical and s1 & bit) or s1 >> p & 1:
                             keeps1 = False
             if keeps0 or keeps1:
                 h, sc = rows[v], scale[v]
+                g = int(sc)
+                h0 = h1 = h
+                if h < g and physical:
+                    h0, h1 = self._reader_rows(v, h, g, group, s0, s1)
                 c0 = (channel_slice[v] if s0 & bit else c_out) if keeps0 else 0
-                fp0 += c0 * h * w_out
+                fp0 += c0 * h0 * w_out
                 rs0 += c0 * sc * w_out
                 c1 = (channel_slice[v] if s1 & bit else c_out) if keeps1 else 0
-                fp1 += c1 * h * w_out
+                fp1 += c1 * h1 * w_out
                 rs1 += c1 * sc * w_out
-                if lines is not None:
-                    lines.append((v, c0 * w_out, c1 * w_out, h, int(sc), out_hw[v][1]))
+                if lines is not None and h0 == h1:
+                    lines.append((v, c0 * w_out, c1 * w_out, h, g, out_hw[v][1]))
+                elif lines is not None:  # a line per parity
+                    lines.append((v, c0 * w_out, 0, h0, g, out_hw[v][1]))
+                    lines.append((v, 0, c1 * w_out, h1, g, out_hw[v][1]))
             # a sliced mixing op or a barrier needs all channels of an external input; any
             # other reader takes it a channel slice at a time
             r = role[v]

@@ -67,7 +67,7 @@ class _Builder:
         self.per_step = 1 if tt.resident else self.h
         self.sliced = cm.sliced_ops(group, self.nodes)[tt.parity] if cm._partial else 0
         # the rows of each op and external input a tile holds: what f(h) priced
-        self.rows, self.ext_rows = cm.tile_rows(group, self.per_step)
+        self.rows, self.ext_rows = cm.tile_rows(group, self.per_step, tt.parity)
         self.in_group = lambda v: v >= 0 and group >> v & 1
         self.consumers = {v: [c for c in bits(graph.succ_mask[v] & group)] for v in self.nodes}
         self.sinks = [v for v in self.nodes if not self.consumers[v]]
@@ -95,7 +95,7 @@ class _Builder:
                 continue
             for ti, p in cm._in_place[v]:
                 alone = self.in_group(p) and cm._tensor_readers[ti] & group == 1 << v
-                if alone and (not sliced >> v & 1 or sliced >> p & 1):
+                if alone and (not (cm._physical and sliced >> v & 1) or sliced >> p & 1):
                     out[v] = ti
                     break
         return out
