@@ -84,20 +84,21 @@ VIOLATIONS = {
         [["stem", "add"], ["conv1", "relu1", "conv2"], ["relu2"]],
         "the groups depend on each other in a cycle",
     ),
-    # weights 148 + 296 = 444; line buffers: conv1 3 rows of W*C = 8*4, relu 1 row of 8*4,
-    # conv2 3 rows of 8*4 -> 96 + 32 + 96 = 224; 444 + 224 = 668 B, not < 600 B.
+    # weights 148 + 296 = 444; rings: x 3 rows of W*C = 8*4, conv1.out 1 row of 8*4,
+    # relu.out 3 rows of 8*4, y 1 row of 8*8 -> 96 + 32 + 96 + 64 = 288; 444 + 288 = 732 B,
+    # not < 600 B.
     "group over the buffer": (
         conv_chain,
         600,
         [["conv1", "relu", "conv2"]],
-        "group starting at 'conv1' needs 668 B of buffer, not < 600 B",
+        "group starting at 'conv1' needs 732 B of buffer, not < 600 B",
     ),
     # the group needs exactly beta bytes: validity is strict (F_beta < beta)
     "group exactly at the buffer": (
         conv_chain,
-        668,
+        732,
         [["conv1", "relu", "conv2"]],
-        "group starting at 'conv1' needs 668 B of buffer, not < 668 B",
+        "group starting at 'conv1' needs 732 B of buffer, not < 732 B",
     ),
 }
 
@@ -113,25 +114,27 @@ def test_each_violation_is_rejected_alone(case):
 
 def test_fixing_the_violation_makes_the_plan_valid():
     # the same graphs and buffers as two of the violations, grouped correctly
-    make_plan(conv_chain, [["conv1", "relu", "conv2"]], 669).validate()
+    make_plan(conv_chain, [["conv1", "relu", "conv2"]], 733).validate()
     make_plan(conv_chain, [["conv1", "relu"], ["conv2"]], 600).validate()
     make_plan(residual_block, [["stem", "conv1", "relu1", "conv2", "add"], ["relu2"]]).validate()
 
 
 def test_unfusable_op_fused_with_others_is_rejected():
-    # beta 300: conv2 alone needs 296 weights + 3 rows * 32 = 392 B, so it is unfusable;
-    # {relu, conv2} would need 424 B as well, reported after the unfusable-op problem.
+    # beta 300: conv2 alone needs 296 weights + 3 rows * 32 + y's row 64 = 456 B, so it is
+    # unfusable; {relu, conv2} would need 456 + conv1.out's row 32 = 488 B as well, reported
+    # after the unfusable-op problem.
     plan = make_plan(conv_chain, [["conv1"], ["relu", "conv2"]], 300)
     assert plan.unfusable == 1 << 2
     problems = plan.problems()
     assert problems[0] == "unfusable node 'conv2' is fused"
-    assert problems[1:] == ["group starting at 'relu' needs 424 B of buffer, not < 300 B"]
+    assert problems[1:] == ["group starting at 'relu' needs 488 B of buffer, not < 300 B"]
     with pytest.raises(PlanError, match=r"unfusable node 'conv2' is fused \(\+1 more\)"):
         plan.validate()
 
 
 def test_unfusable_op_alone_is_fine():
-    plan = make_plan(conv_chain, [["conv1", "relu"], ["conv2"]], 300)
+    # {conv1, relu}: 148 + (3 + 1 + 1) rows * 32 = 308 B < 320 B; conv2 alone (456 B) is not
+    plan = make_plan(conv_chain, [["conv1", "relu"], ["conv2"]], 320)
     assert plan.validate().problems() == []
 
 
@@ -153,7 +156,7 @@ def test_validate_recomputes_costs_without_the_memo():
     # poison the memo: a search bug that cached a wrong cost must not fool the checker
     cm._memo[g] = cm._memo.get(g, cm.cost(g))._replace(buffer=1, valid=True)
     assert cm.is_valid(g)
-    with pytest.raises(PlanError, match="needs 668 B"):
+    with pytest.raises(PlanError, match="needs 732 B"):
         plan.validate()
 
 
@@ -179,19 +182,21 @@ def test_metrics_are_sums_of_group_costs():
 
 @pytest.mark.parametrize("b", [1, 2])
 def test_metrics_split_fusable_and_unfusable(b):
-    # conv2 is unfusable at 300 B (392 B alone) for b = 1, and at 600 B for b = 2
-    plan = make_plan(conv_chain, [["conv1", "relu"], ["conv2"]], 300 * b, b=b)
+    # conv2 is unfusable at 320 B (456 B alone) for b = 1, and at 640 B for b = 2, where
+    # {conv1, relu} fits (308 B per byte of element)
+    plan = make_plan(conv_chain, [["conv1", "relu"], ["conv2"]], 320 * b, b=b)
     plan.validate()
     m, cm = plan.metrics, plan.cost_model
     fused, alone = cm.compute_uncached(0b011), cm.compute_uncached(0b100)
     assert m.fusable_dram_bytes == fused.dram == b * (256 + 256 + 148)
-    # conv2 alone at 300 B per element: row bands of h = 2 (128 + 4 * 32 = 256 < 300)
-    # give 4 bands, 768 + 4 * 296 = 1952; channel passes of m = 4 (4 * (37 + 8) < 300 - 96)
-    # give 2 passes, 768 + 296 + 256 = 1320 (docs/cost-model.md, "Single-layer cost")
+    # conv2 alone at 320 B per element: row bands of h = 2 (128 + 4 * 32 = 256 < 320; h = 3
+    # needs 192 + 5 * 32 = 352) give 4 bands, 768 + 4 * 296 = 1952; channel passes of m = 4
+    # (4 * (37 + 8) = 180 < 320 - 96 = 224, m = 5 needs 225) give 2 passes,
+    # 768 + 296 + 256 = 1320 (docs/cost-model.md, "Single-layer cost")
     assert m.unfusable_dram_bytes == alone.dram == b * 1320
     assert m.dram_bytes == m.fusable_dram_bytes + m.unfusable_dram_bytes
-    # MBU is the largest buffer among *fusable* groups: 276 B, not the unfusable 392 B
-    assert m.mbu_bytes == fused.buffer == b * (148 + 3 * 32 + 32)
+    # MBU is the largest buffer among *fusable* groups: 308 B, not the unfusable op's
+    assert m.mbu_bytes == fused.buffer == b * (148 + 3 * 32 + 32 + 32)
     assert alone.buffer > m.mbu_bytes
     assert (m.groups, m.fused_groups, m.unfusable_ops) == (2, 1, 1)
     assert m.compulsory_bytes == b * (256 + 512 + 148 + 296)
