@@ -167,6 +167,8 @@ def test_numbers_and_diff(browser, report) -> None:
     _, plans, path = report
     browser.open(path)
     browser.click("nav button[data-view=numbers]")
+    shown = dom(browser, listed("section.view", "getComputedStyle(e).display !== 'none'"))
+    assert shown == [False, True, False]  # graph, numbers, diff: one view at a time
     bars = dom(browser, listed(".bar-row[data-group]", "+e.dataset.dram"))
     assert sorted(bars, reverse=True) == bars  # sorted by cost
     assert sorted(bars) == sorted(g["dram_bytes"] for g in plans[0]["groups"])

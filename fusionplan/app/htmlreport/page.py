@@ -135,7 +135,7 @@ def write_sweep_html(
 def write_streams_html(trace: Mapping[str, Any], title: str, path: str | Path) -> Path:
     """``fusionplan streams --html``: the Gantt charts of a stream schedule's trace."""
     data = report_data(None, streams=streams_payload(trace, title))
-    return write_text_atomic(path, render(data, title, "stream schedule"))
+    return write_text_atomic(path, render(data, title, ""))
 
 
 def plan_label(plan: Mapping[str, Any]) -> str:

@@ -395,7 +395,7 @@
       const g = p.groups[gi];
       const row = el("div", { class: "bar-row", "data-group": g.id, "data-dram": g.dram }, bars);
       const first = D.graph.ops[g.ops[0]];
-      el("div", { title: first.name }, row, "G" + g.id + " · " + (g.unfusable ? first.type + " (unfusable)" : g.ops.length + " ops from " + first.type));
+      el("div", { title: first.name }, row, "G" + g.id + " · " + (g.unfusable ? first.type + " (unfusable)" : g.ops.length === 1 ? first.type : g.ops.length + " ops from " + first.type));
       const t1 = el("div", { class: "track" }, row);
       el("span", { style: "width:" + (100 * g.dram / maxDram) + "%;background:" + g.colour }, t1);
       el("div", { class: "num" }, row, bytes(g.dram));
@@ -566,7 +566,10 @@
     const wrap = el("div", { class: "gantt-wrap" }, parent);
     const span = Math.max(1e-9, ...c.ops.map((o) => o.end));
     const L = 70, LANE = 26, T = 8;
-    const inner = Math.max(600, (parent.clientWidth || 1100) - L - 30) * f;
+    const perStream = new Array(c.streams).fill(0);
+    c.ops.forEach((o) => { perStream[o.stream] += 1; });
+    // wide enough for a label in an average bar (the chart scrolls sideways), at least the page
+    const inner = Math.max(600, (parent.clientWidth || 1100) - L - 30, 44 * Math.max(...perStream)) * f;
     const W = L + inner + 20, H = T + c.streams * LANE + 28;
     const X = (t) => L + t / span * inner;
     const svg = sv("svg", { class: "gantt", id: "gantt-" + ci, width: W, height: H }, wrap);
