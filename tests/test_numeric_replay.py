@@ -189,34 +189,13 @@ def check_plan(name: str, scheme: str, buffer: int, **settings) -> list[Schedule
     return [run.schedule for run in replay.groups]
 
 
-LBDF_TWO_DELAYS = (
-    "LBDF allots a tensor read at two delays one line buffer per reader (no skip rows for an "
-    "external input, none for Q beside the whole K^T): the pipeline overwrites rows a later "
-    "reader needs (Pipeline.overflows records it)"
-)
 KNOWN: dict[tuple[str, str, int], str] = {
-    ("encoder_gelu", "lbdf", 2048): LBDF_TWO_DELAYS + ": 'qk' row 0 needs 'qh' row 0",
-    ("encoder_gelu", "lbdf", 8192): LBDF_TWO_DELAYS + ": 'qk' row 0 needs 'qh' row 0",
-    ("encoder_relu", "lbdf", 2048): LBDF_TWO_DELAYS + ": 'qk' row 0 needs 'qh' row 0",
-    ("encoder_relu", "lbdf", 8192): LBDF_TWO_DELAYS + ": 'qk' row 0 needs 'qh' row 0",
-    ("inverted_residual_se", "lbdf", 8192): LBDF_TWO_DELAYS
-    + ": the SE 'scale' row 0 needs 'hs1.out' row 0 after the pool read all 12",
-    ("classifier_heads", "lbdf", 2048): (
-        "LBDF: a row reduction whose output leaves the group ('gap') accumulates over 8 "
-        "passes with no region for its partial sums"
-    ),
-    ("classifier_heads", "lbdf", 8192): (
-        "LBDF: the classifier 'fc2' accumulates over 4 row passes with no region for its "
-        "partial sums"
-    ),
-    ("class_token", "lbdf", 2048): (
+    ("class_token", "brr", 2048): (
         "a Concat along the row axis (the class token) shifts rows: output row r reads "
-        "'proj.out' row r - 1, but both cost models give it a one-row window (K = max(1, S), "
-        "S = 4/5), so 'proj.out' keeps one row and row 1 overwrites the row 0 concat row 1 needs"
+        "'proj.out' row r - 1, but BRR gives it a one-row window (K = max(1, S), S = 4/5), so "
+        "'proj.out' keeps one row and row 1 overwrites the row 0 concat row 1 needs"
     ),
-    ("class_token", "lbdf", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
-    ("class_token", "brr", 2048): "the class token's Concat shifts rows (see lbdf 2048)",
-    ("class_token", "brr", 8192): "the class token's Concat shifts rows (see lbdf 2048)",
+    ("class_token", "brr", 8192): "the class token's Concat shifts rows (see brr 2048)",
 }
 TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {
     ("dilated_grouped", "brr", 2048): (
