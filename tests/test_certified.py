@@ -81,10 +81,11 @@ def _two_convs() -> OpGraph:
 
 
 def test_separated_tensor_is_charged_both_ways():
-    """Each conv fits alone (100 weights + its 1-row line buffer of 32 < 160) but not
-    together: t must be written and read back, 2 x 256 B beyond io + weights."""
+    """Each conv fits alone (100 weights + a row of its input and one of its output,
+    100 + 2 x 32 = 164 < 180) but not together (200 + 3 x 32 = 296): t must be written and
+    read back, 2 x 256 B beyond io + weights."""
     graph = _two_convs()
-    cm = LBDF(graph, Accelerator(160, "lbdf"))
+    cm = LBDF(graph, Accelerator(180, "lbdf"))
     assert cm.is_valid(1) and cm.is_valid(2) and not cm.is_valid(3)
     bound = TrafficBound(cm, [])
     assert bound.separated_tensors == 1
