@@ -14,7 +14,13 @@ from typing import ClassVar, NamedTuple
 
 from accel_model.accelerator import Accelerator
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_depthwise
-from accel_model.layer import LayerTiling, layer_geometry, optimus_blocking, single_layer_tiling
+from accel_model.layer import (
+    LayerGeometry,
+    LayerTiling,
+    layer_geometry,
+    optimus_blocking,
+    single_layer_tiling,
+)
 from accel_model.rows import is_tiling_pool
 from fusionplan.ir.graph import Group, OpGraph, bits
 
@@ -54,7 +60,8 @@ class CostModel(ABC):
         # keep their tools' row rules (docs/cost-model.md, "BRR" and "LBDF")
         self.physical_rows = accel.single_layer != "paper" and not accel.conventions
         self._memo: dict[Group, GroupCost] = {}
-        self._layers: dict[int, LayerTiling] = {}  # op -> its loop order alone (epilogues reuse it)
+        self._layers: dict[int, LayerTiling] = {}  # op -> its loop order alone
+        self._epilogues: dict[tuple[int, tuple], LayerTiling] = {}  # (core, room) -> its order
         # weight elements per op; Optimus-like accelerators do not count depthwise weights
         self.node_weights = tuple(
             0 if not accel.depthwise_weights and is_depthwise(graph, v) else n.weights
@@ -133,15 +140,25 @@ class CostModel(ABC):
             # the layer's loop order, its epilogue applied to each output as it is written
             extra = self.io_elements(group) - self.io_elements(1 << core)
             extra += self.weight_elements(group & ~(1 << core))
-            alone = (self.layer_tiling(core).dram + extra) * self.b
+            tiling = self.epilogue_tiling(group, core)
+            alone = (tiling.dram + extra) * self.b
             if alone < result.dram:
-                return result._replace(dram=alone), "epilogue", core
+                return self._as_layer(result, tiling, alone), "epilogue", core
             return result, "scheme", -1
         v = group.bit_length() - 1
-        alone = self.layer_tiling(v).dram * self.b
+        tiling = self.layer_tiling(v)
+        alone = tiling.dram * self.b
         if not result.valid or alone < result.dram:
-            return result._replace(dram=alone), "layer", v
+            return self._as_layer(result, tiling, alone), "layer", v
         return result, "scheme", -1
+
+    def _as_layer(self, result: GroupCost, tiling: LayerTiling, dram: int) -> GroupCost:
+        """The group's cost run by a layer's loop order: its DRAM, and (the default profile)
+        the buffer its schedule holds; validity stays the scheme's, so the searches' buffer
+        proofs (monotone over down-sets, ``buffer_floor``) are untouched."""
+        if not self.physical_rows:
+            return result._replace(dram=dram)
+        return result._replace(dram=dram, buffer=tiling.held * self.b)
 
     def _epilogue_core(self, group: Group) -> int | None:
         """The op ``group`` is, with an epilogue applied to each output as it is produced: up
@@ -166,6 +183,59 @@ class CostModel(ABC):
                 return None
         return core
 
+    def epilogue_tiling(self, group: Group, core: int) -> LayerTiling:
+        """The loop order of ``core`` run with the rest of ``group`` as its epilogue: its
+        fit tests count the epilogue's regions beside each output block (the default
+        profile; the tools' conventions reuse the layer's own order)."""
+        space = self._epilogue_room(group, core)
+        if not space:
+            return self.layer_tiling(core)
+        hit = self._epilogues.get((core, space))
+        if hit is None:
+            geo = self._geometry(core)._replace(room=space)
+            hit = self._epilogues[(core, space)] = single_layer_tiling(geo, self.b, self.beta)
+        return hit
+
+    def _epilogue_room(self, group: Group, core: int) -> tuple[tuple[int, int, int, int], ...]:
+        """The regions an epilogue holds beside its core's output block, as ``room`` counts
+        them (accel_model/layer.py), in the layout of accel_model/schedule_layer.py: an
+        elementwise op's output unless written in place over an in-group input, its weights
+        (loaded once), each input from outside the group (its broadcast dimensions counted
+        once), and a pooling's output and the core's rows that wait for a window's last row."""
+        if not self.physical_rows:
+            return ()
+        graph, readers, tensors = self.graph, self.graph.consumer_mask, self.graph.tensors
+        _, _, w_out = self._out_shape[core]
+        found: dict[object, tuple[int, int, int, int]] = {}
+        for e in bits(group & ~(1 << core)):
+            node = graph.nodes[e]
+            if self.node_weights[e]:  # loaded once and kept (Schedule.resident)
+                found[("weights", e)] = (0, 0, 0, self.node_weights[e])
+            if node.kind == "pool":
+                kh, kw = node.kernel
+                found[e] = (1, kh, kw, 1)
+                found[("wait", e)] = (1, 0, 0, (kh - 1) * w_out)
+                continue
+            shared = any(
+                (group >> tensors[t].producer) & 1 and readers[t] & group == 1 << e
+                for t in in_place_inputs(graph, e)
+                if tensors[t].producer >= 0
+            )
+            if not shared:
+                found[e] = (1, 1, 1, 1)
+            for t in node.inputs:
+                p = tensors[t].producer
+                if p >= 0 and (group >> p) & 1:
+                    continue
+                c, h, w = tensors[t].shape
+                found[("in", t)] = (int(c > 1), int(h > 1), int(w > 1), 1)
+        return tuple(sorted(found.values()))
+
+    def _geometry(self, v: int) -> LayerGeometry:
+        return layer_geometry(
+            self.graph, v, self.io_elements(1 << v), self.node_weights[v], self.physical_rows
+        )
+
     def layer_tiling(self, v: int) -> LayerTiling:
         """The cheapest intra-layer loop order of op ``v`` alone at this buffer (under the
         ``optimus-single-layer`` convention, Optimus's loop blockings of a dense layer where
@@ -177,8 +247,7 @@ class CostModel(ABC):
         return hit
 
     def _layer_tiling(self, v: int) -> LayerTiling:
-        geo = layer_geometry(self.graph, v, self.io_elements(1 << v), self.node_weights[v])
-        tiled = single_layer_tiling(geo, self.b, self.beta)
+        tiled = single_layer_tiling(self._geometry(v), self.b, self.beta)
         if "optimus-single-layer" not in self.accel.conventions:
             return tiled
         graph, node = self.graph, self.graph.nodes[v]

@@ -33,8 +33,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from accel_model import windows
+from accel_model.channels import ChannelRole, channel_role
 from accel_model.rows import input_rows, is_activation_matmul, row_window
 from fusionplan.ir.graph import Node, OpGraph
+
+Range = tuple[int, int]
 
 
 class LayerTiling(NamedTuple):
@@ -68,11 +72,23 @@ class LayerGeometry(NamedTuple):
     channel_weights: int  # weights per (output channel, input channel): K_h * K_w for a conv
     whole: int  # input elements every band or strip must read in full (whole-input ops)
     whole_rereads: int  # extra reads of ``whole`` when a weightless op streams
+    # the op itself, for the exact read windows (accel_model/windows.py) its schedule uses;
+    # ``physical`` False keeps the tools' conventions (the optimus profile): windows of
+    # ``(h - 1) S + K`` rows, padding included
+    whole_rows: bool = False  # every output column reads whole input rows (a matmul, Gemm)
+    graph: OpGraph | None = None
+    op: int = -1
+    physical: bool = False
+    memo: dict | None = None  # exact window sums, per (input, axis, block size)
+    room: tuple[tuple[int, int, int, int], ...] = ()  # an epilogue's regions: see ``room``
 
 
-def layer_geometry(graph: OpGraph, v: int, io: int, weights: int | None = None) -> LayerGeometry:
+def layer_geometry(
+    graph: OpGraph, v: int, io: int, weights: int | None = None, physical: bool = True
+) -> LayerGeometry:
     """The geometry of op ``v``; ``io`` is its singleton io and ``weights`` the weights the
-    cost model counts (default: the node's)."""
+    cost model counts (default: the node's). ``physical``: count what the schedule reads and
+    holds (the default profile); else the tools' conventions (docs/cost-model.md)."""
     tensors = graph.tensors
     node = graph.nodes[v]
     c_out, h_out, w_out = graph.out_shape(v)
@@ -99,6 +115,12 @@ def layer_geometry(graph: OpGraph, v: int, io: int, weights: int | None = None) 
         # a matmul of two activations re-reads its second operand per output row; any other
         # whole-input op needs one more pass (e.g. a softmax's max/sum, then normalise)
         whole_rereads=max(h_out - 1, 1) if is_activation_matmul(node) else 1,
+        whole_rows=node.whole_input
+        or (node.kind != "conv" and channel_role(graph, v) == ChannelRole.MIXING),
+        graph=graph,
+        op=v,
+        physical=physical,
+        memo={},
     )
 
 
@@ -129,7 +151,7 @@ def input_cols(geo: LayerGeometry, i: int, cols: int) -> int:
     columns for an op of the input's width, a broadcast input's one column, else the
     proportional columns and two more (a resize's taps)."""
     width = geo.in_shapes[i][2]
-    if cols >= geo.out_width:
+    if cols >= geo.out_width or (geo.physical and geo.whole_rows):
         return width
     if geo.col_window is not None:
         span, stride = geo.col_window
@@ -170,12 +192,151 @@ def window_elements(geo: LayerGeometry, h: int, cols: int | None = None) -> int:
     """Feature elements held to produce ``h`` output rows over ``cols`` output columns
     (default: the whole width): the output block and the input window it reads."""
     cols = geo.out_width if cols is None else min(cols, geo.out_width)
-    if geo.even_split and cols < geo.out_width:
+    if geo.even_split and cols < geo.out_width and not geo.physical:
         return -(-window_elements(geo, h) * cols // geo.out_width)
     held = geo.out_row * h * cols // geo.out_width
     for i, (c, _, _) in enumerate(geo.in_shapes):
         held += c * _rows_in(geo, i, h) * input_cols(geo, i, cols)
     return held
+
+
+# -- what the schedule reads and holds (the default profile) ---------------------------------
+class _Windows(NamedTuple):
+    """The real read windows of one input along one axis when the output is cut into blocks
+    (accel_model/windows.py: padding and the input's edge clipped, stride gaps kept)."""
+
+    total: int  # summed over the blocks
+    most: int  # the largest block's
+    union: int  # what some block reads
+
+
+def _union(spans: list[Range]) -> int:
+    """How many indices the half-open ``spans`` cover together."""
+    covered, end = 0, 0
+    for a, b in sorted(spans):
+        if b > end:
+            covered += b - max(a, end)
+            end = b
+    return covered
+
+
+def _split(total: int, size: int) -> list[Range]:
+    """``(0, total)`` cut into blocks of ``size`` (the last one shorter)."""
+    return [(a, min(a + size, total)) for a in range(0, total, max(size, 1))]
+
+
+def _windows(geo: LayerGeometry, i: int, axis: int, size: int) -> _Windows:
+    """Input ``i``'s windows along ``axis`` (0 rows, 1 columns) for output blocks of ``size``
+    (a block spanning the whole width reads whole rows, as the schedule's full strips do)."""
+    key = ("win", i, axis, size)
+    hit = geo.memo.get(key)
+    if hit is None:
+        graph, v = geo.graph, geo.op
+        extent = geo.out_height if axis == 0 else geo.out_width
+        spans = [
+            windows.input_rows(graph, v, i, block)
+            if axis == 0
+            else windows.input_cols(graph, v, i, None if block == (0, extent) else block)
+            for block in _split(extent, size)
+        ]
+        sizes = [b - a for a, b in spans]
+        hit = geo.memo[key] = _Windows(sum(sizes), max(sizes), _union(spans))
+    return hit
+
+
+def _fed(geo: LayerGeometry, i: int, rows: int) -> tuple[int, int]:
+    """Input ``i``'s rows that bands of ``rows`` output rows feed, one output row's window
+    at a time (streaming): summed over the bands, and all bands together."""
+    graph, v = geo.graph, geo.op
+    spans = [windows.input_rows(graph, v, i, (r, r + 1)) for r in range(geo.out_height)]
+    bands = [_union(spans[a:b]) for a, b in _split(geo.out_height, rows)]
+    return sum(bands), _union(spans)
+
+
+def _channel_reads(geo: LayerGeometry, i: int, m: int) -> tuple[int, int, int]:
+    """Input ``i``'s channels over the output-channel tiles of ``m``: (read one output
+    channel at a time, read once per tile, the most one tile reads). A mixing op's tile
+    reads its groups' channels once; a channel-local op reads each output channel's own."""
+    key = ("ch", i, m)
+    hit = geo.memo.get(key)
+    if hit is None:
+        graph, v = geo.graph, geo.op
+        mixing = windows.reduces_over_inputs(graph, v)
+        per_tile, per_channel, most = 0, 0, 0
+        for tile in _split(geo.out_channels, m):
+            a, b = windows.input_channels(graph, v, i, tile)
+            per_tile += b - a
+            most = max(most, b - a)
+            if mixing:
+                per_channel += b - a
+            else:
+                per_channel += sum(
+                    d - c
+                    for c, d in (
+                        windows.input_channels(graph, v, i, (o, o + 1)) for o in range(*tile)
+                    )
+                )
+        hit = geo.memo[key] = (per_channel, per_tile, most)
+    return hit
+
+
+def _per_tensor(geo: LayerGeometry, held: list[int]) -> int:
+    """Elements held per input, summed over distinct tensors (two inputs of one tensor, as
+    in ``x * x``, share its cells: the larger counts)."""
+    node = geo.graph.nodes[geo.op]
+    most: dict[int, int] = {}
+    for t, n in zip(node.inputs, held, strict=True):
+        most[t] = max(most.get(t, 0), n)
+    return sum(most.values())
+
+
+def _whole_part(geo: LayerGeometry, i: int) -> bool:
+    """Input ``i`` is read in full by every band of a whole-input op (the schedule's
+    ``whole_part``): the second operand of a matmul of two activations, else every input."""
+    return bool(geo.whole) and (i == 1 or not geo.even_split)
+
+
+def _bands_exact(geo: LayerGeometry, h: int, width: int, repeats: int) -> tuple[int, int]:
+    """(DRAM, held) of row bands ``h`` x ``width`` as the schedule runs them: rows roll down
+    a strip, the next strip re-reads the halo columns, a whole-input op's full reads repeat
+    per band, and the rows no window reaches are read once at the end."""
+    extra, held = 0, []
+    for i, (c, h_in, w_in) in enumerate(geo.in_shapes):
+        rows, cols = _windows(geo, i, 0, h), _windows(geo, i, 1, width)
+        ch = _channel_reads(geo, i, geo.out_channels)[1]
+        held.append(ch * rows.most * cols.most)
+        if _whole_part(geo, i):
+            extra += ch * rows.most * cols.most * repeats - c * h_in * w_in
+        elif not geo.whole:
+            extra += ch * rows.union * (cols.total - cols.union)
+    dram = geo.io + geo.weights * repeats + extra
+    block = geo.out_channels * h * min(width, geo.out_width)
+    return dram, block + _per_tensor(geo, held) + room(geo, geo.out_channels, h, width)
+
+
+def _tiles_exact(geo: LayerGeometry, m: int, rows: int, cols: int) -> tuple[int, int]:
+    """(input elements read, one input channel's largest windows) of output tiles of ``m``
+    channels x ``rows`` x ``cols``: each tile's window per channel it reads, and the cells no
+    window reaches once per channel tile."""
+    reads, held = 0, []
+    for i, (_, h_in, w_in) in enumerate(geo.in_shapes):
+        r, k = _windows(geo, i, 0, rows), _windows(geo, i, 1, cols)
+        per_channel, per_tile, _ = _channel_reads(geo, i, m)
+        reads += per_channel * r.total * k.total + per_tile * (h_in * w_in - r.union * k.union)
+        held.append(r.most * k.most)
+    return reads, _per_tensor(geo, held)
+
+
+def room(geo: LayerGeometry, m: int, rows: int, cols: int) -> int:
+    """Elements an epilogue holds beside an output block of ``m`` channels x ``rows`` x
+    ``cols`` (docs/cost-model.md, "Epilogues"): per region ``(dm, dr, dc, k)``, ``k`` times
+    the block's channels, rows and columns each divided (rounded up) by its divisor, a
+    divisor of 0 counting 1 (a broadcast dimension)."""
+
+    def part(n: int, d: int) -> int:
+        return -(-n // d) if d else 1
+
+    return sum(k * part(m, dm) * part(rows, dr) * part(cols, dc) for dm, dr, dc, k in geo.room)
 
 
 def _fits(elements: int, b: int, beta: int) -> bool:
@@ -209,7 +370,9 @@ def _tallest(fits, top: int) -> int:
 
 def _band_height(geo: LayerGeometry, width: int, b: int, beta: int) -> int:
     """The tallest band of a strip ``width`` output columns wide whose window fits (0: none)."""
-    return _tallest(lambda h: _fits(window_elements(geo, h, width), b, beta), geo.out_height)
+    c = geo.out_channels
+    held = lambda h: window_elements(geo, h, width) + room(geo, c, h, width)  # noqa: E731
+    return _tallest(lambda h: _fits(held(h), b, beta), geo.out_height)
 
 
 def _row_bands(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
@@ -221,10 +384,13 @@ def _row_bands(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
             continue
         bands = math.ceil(geo.out_height / h)
         repeats = math.ceil(geo.out_width / width) * bands
-        halo = _halo(geo, geo.out_height, width)  # rows roll down a strip: columns only
-        dram = geo.io + halo + (geo.weights + geo.whole) * repeats - geo.whole
-        if best is None or dram < best.dram:
+        if geo.physical:
+            dram, held = _bands_exact(geo, h, width, repeats)
+        else:
+            halo = _halo(geo, geo.out_height, width)  # rows roll down a strip: columns only
+            dram = geo.io + halo + (geo.weights + geo.whole) * repeats - geo.whole
             held = window_elements(geo, h, width)
+        if _fits(held, b, beta) and (best is None or dram < best.dram):
             best = LayerTiling("row-bands", repeats, dram, held, h, width, geo.out_channels)
         if bands == 1:
             break  # more strips only re-read the weights and halos more often
@@ -236,16 +402,20 @@ def _channel_passes(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None
         return None  # nothing to hold: row bands already read everything once
     in_window = window_elements(geo, 1) - geo.out_row
     per_channel = math.ceil(geo.weights / geo.out_channels) + geo.out_width
-    room = beta - b * in_window  # bytes left for m channels: b * m * per_channel < room
-    if room <= 0:
-        return None
-    m = min(math.ceil(room / (b * per_channel)) - 1, geo.out_channels)
+    width = geo.out_width
+    held = lambda m: m * per_channel + in_window + room(geo, m, 1, width)  # noqa: E731
+    m = _tallest(lambda m: _fits(held(m), b, beta), geo.out_channels)
     if m < 1:
         return None
     passes = math.ceil(geo.out_channels / m)
     dram = geo.io + geo.weights + geo.inputs * (passes - 1)
-    held = m * per_channel + in_window
-    return LayerTiling("channel-passes", passes, dram, held, 1, geo.out_width, m)
+    if geo.physical:  # one output row's window of the channels a pass reads
+        windows_held = [
+            _channel_reads(geo, i, m)[2] * _windows(geo, i, 0, 1).most * w
+            for i, (_, _, w) in enumerate(geo.in_shapes)
+        ]
+        in_window = _per_tensor(geo, windows_held)
+    return LayerTiling("channel-passes", passes, dram, held(m), 1, geo.out_width, m)
 
 
 def _channel_window(geo: LayerGeometry, rows: int, cols: int) -> int:
@@ -264,7 +434,8 @@ def _position_tile(geo: LayerGeometry, m: int, b: int, beta: int) -> tuple[int, 
     staged = m * geo.channel_weights
 
     def fits(rows: int, cols: int) -> bool:
-        return _fits(staged + m * rows * cols + _channel_window(geo, rows, cols), b, beta)
+        held = staged + m * rows * cols + _channel_window(geo, rows, cols)
+        return _fits(held + room(geo, m, rows, cols), b, beta)
 
     width = geo.out_width
     rows = _tallest(lambda r: fits(r, width), geo.out_height)
@@ -289,12 +460,16 @@ def _output_tiles(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
         if block is None:
             continue
         tiles = math.ceil(geo.out_height / block[0]) * math.ceil(geo.out_width / block[1])
-        input_reads = math.ceil(math.ceil(geo.out_channels / m) / geo.groups)
-        reads = geo.inputs + _halo(geo, *block)
-        dram = geo.io - geo.inputs + geo.weights * tiles + reads * input_reads
-        if best is None or dram < best.dram:
-            staged = m * geo.channel_weights
-            held = staged + m * block[0] * block[1] + _channel_window(geo, *block)
+        staged = m * geo.channel_weights
+        if geo.physical:
+            reads, window = _tiles_exact(geo, m, *block)
+        else:
+            input_reads = math.ceil(math.ceil(geo.out_channels / m) / geo.groups)
+            reads = (geo.inputs + _halo(geo, *block)) * input_reads
+            window = _channel_window(geo, *block)
+        dram = geo.io - geo.inputs + geo.weights * tiles + reads
+        held = staged + m * block[0] * block[1] + window + room(geo, m, *block)
+        if _fits(held, b, beta) and (best is None or dram < best.dram):
             repeats = math.ceil(geo.out_channels / m) * tiles
             best = LayerTiling("output-tiles", repeats, dram, held, *block, m)
     return best
@@ -302,21 +477,54 @@ def _output_tiles(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
 
 def _streaming(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
     """One output channel at a time: a band of its rows' partial sums on chip beside the
-    weights of one (output, input) channel pair, the input of its group streamed through
-    once per band (a weightless op: one pass, plus its whole-input re-reads)."""
+    weights of one (output, input) channel pair and the input row being scattered, the input
+    of its group streamed through once per band (a weightless op: one output row at a time,
+    of one channel if it is channel-local, its window held)."""
     if geo.weights == 0:
-        reads = geo.whole_rereads if geo.whole else 0
-        return LayerTiling("streaming", 1 + reads, geo.io + geo.whole * reads)
+        return _streaming_weightless(geo, b, beta)
     width = geo.out_width
-    rows = _tallest(lambda r: _fits(r * width + geo.channel_weights, b, beta), geo.out_height)
+    row_in = max(w for _, _, w in geo.in_shapes) if geo.physical else 0
+    staged = geo.channel_weights + row_in
+    held = lambda r: r * width + staged + room(geo, 1, r, width)  # noqa: E731
+    rows = _tallest(lambda r: _fits(held(r), b, beta), geo.out_height)
     if rows == 0:
         return None
     bands = math.ceil(geo.out_height / rows)
-    per_channel = geo.inputs + _halo(geo, rows, width)  # the input once, with band halos
-    passes = math.ceil(geo.out_channels / geo.groups)  # a channel reads its group's inputs
-    dram = geo.io - geo.inputs + geo.weights * bands + per_channel * passes
-    held = rows * width + geo.channel_weights
-    return LayerTiling("streaming", geo.out_channels * bands, dram, held, rows, width, 1)
+    if geo.physical:  # each band reads the rows its outputs' windows feed, per channel
+        reads = 0
+        for i, (_, h_in, w_in) in enumerate(geo.in_shapes):
+            fed, reached = _fed(geo, i, rows)
+            reads += _channel_reads(geo, i, 1)[1] * w_in * (fed + h_in - reached)
+    else:
+        per_channel = geo.inputs + _halo(geo, rows, width)  # the input once, with band halos
+        reads = per_channel * math.ceil(geo.out_channels / geo.groups)
+    dram = geo.io - geo.inputs + geo.weights * bands + reads
+    return LayerTiling("streaming", geo.out_channels * bands, dram, held(rows), rows, width, 1)
+
+
+def _streaming_weightless(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
+    """A weightless op, one output row at a time (of one channel if it is channel-local)
+    over a rolling window of its input rows: every input read once. The tools' conventions
+    charge a second pass over what a whole-input op reads in full (no fit test); so does the
+    default profile when even one row's window does not fit (as ``direct``: no schedule)."""
+    reads = geo.whole_rereads if geo.whole else 0
+    fallback = LayerTiling("streaming", 1 + reads, geo.io + geo.whole * reads)
+    if not geo.physical:
+        return fallback
+    local = channel_role(geo.graph, geo.op) == ChannelRole.LOCAL
+    chunk = 1 if local else geo.out_channels
+    extra, held = 0, []
+    for i, (_, _, w_in) in enumerate(geo.in_shapes):
+        rows = _windows(geo, i, 0, 1)
+        per_chunk, most = _channel_reads(geo, i, chunk)[1:]
+        every = _channel_reads(geo, i, geo.out_channels)[1]
+        extra += (per_chunk - every) * rows.union * w_in  # a broadcast input, once per chunk
+        held.append(most * rows.most * w_in)
+    width = geo.out_width
+    held_all = chunk * width + _per_tensor(geo, held) + room(geo, chunk, 1, width)
+    if not _fits(held_all, b, beta):
+        return fallback._replace(order="direct")
+    return LayerTiling("streaming", 1, geo.io + extra, held_all, 1, geo.out_width, chunk)
 
 
 def _direct(geo: LayerGeometry) -> LayerTiling:

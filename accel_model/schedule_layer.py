@@ -76,7 +76,7 @@ def layer_schedule(cm: CostModel, group: Group) -> Schedule:
         )
     if kind == "layer" and group != 1 << core:
         raise ScheduleError("a layer's schedule runs one op")
-    tiling = cm.layer_tiling(core)
+    tiling = cm.layer_tiling(core) if kind == "layer" else cm.epilogue_tiling(group, core)
     return _Layer(cm, group, core, tiling, kind).build()
 
 

@@ -198,12 +198,6 @@ KNOWN: dict[tuple[str, str, int], str] = {
     ("class_token", "brr", 8192): "the class token's Concat shifts rows (see brr 2048)",
 }
 TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {
-    ("dilated_grouped", "brr", 2048): (
-        "layer output-tiles of the dilated conv: the schedule moves 17200 B, the layer's "
-        "closed form charges 18224 B"
-    ),
-    ("dilated_grouped", "lbdf", 2048): "layer output-tiles of the dilated conv: 17200 B moved, "
-    "18224 B charged",
 }
 """Plans whose schedules compute the graph but move other traffic than their cost model
 charges (more: a cost below its schedule; less: a closed form above it), or that a replay

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from accel_model import Accelerator, make_cost_model
 from accel_model.base import CostModel
-from accel_model.channels import ChannelRole, channel_role
+from accel_model.layer import LayerTiling
 from accel_model.lbdf import LBDF
 from accel_model.replay import ReplayError, replay
 from accel_model.schedule import Region, Schedule, ScheduleError, TrafficKey, build_schedule
@@ -32,6 +32,7 @@ from accel_model.schedule_lbdf import (
     lbdf_schedule,
     least_rows,
 )
+from data.zoo import load_zoo_model
 from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
 from tests import numeric_models as nm
 from tests.onnx_builders import (
@@ -282,39 +283,27 @@ def layer_groups(cm: CostModel, groups) -> list[tuple[Group, str]]:
     return [(g, k) for g in groups for k in [cm.priced_order(g)[0]] if k in ("layer", "epilogue")]
 
 
-def over_counts(cm: CostModel, v: int) -> bool:
-    """Where the layer cost is known to charge more than its schedule moves and the fit test
-    to count more than it holds (xfails below): padding counted as input rows and columns
-    (``(h - 1) S + K`` per block), and output tiles of a channel-local op other than a conv
-    re-reading every input channel per channel tile (its tile reads its own channels)."""
-    node = cm.graph.nodes[v]
-    local = channel_role(cm.graph, v) == ChannelRole.LOCAL and node.kind != "conv"
-    return any(node.pads) or (local and cm.layer_tiling(v).order == "output-tiles")
+def tiling_of(cm: CostModel, group: Group) -> LayerTiling:
+    kind, core = cm.priced_order(group)
+    return cm.layer_tiling(core) if kind == "layer" else cm.epilogue_tiling(group, core)
 
 
 def check_layer(g: OpGraph, cm: CostModel, group: Group, kind: str) -> None:
-    """A layer or epilogue schedule moves what the layer cost charges (no more where the cost
-    over-counts) and holds what the order's fit test counts (a layer; no more than it, under
-    the buffer); the replay runs it and agrees."""
-    _, core = cm.priced_order(group)
-    t = cm.layer_tiling(core)
+    """A layer or epilogue schedule moves what the cost charges and holds what it reports
+    (docs/cost-model.md, "Single-layer cost"), under the buffer; the replay agrees."""
+    t = tiling_of(cm, group)
     s = layer_schedule(cm, group)
-    assert s.order == f"{kind}:{t.order}" and s.core == core
-    if over_counts(cm, core):
-        assert s.dram_bytes <= cm.dram_bytes(group)
-    else:
-        assert s.dram_bytes == cm.dram_bytes(group)
-    if kind == "layer":
-        assert s.peak <= t.held if over_counts(cm, core) else s.peak == t.held
-        assert s.peak_bytes < cm.beta
+    assert s.order == f"{kind}:{t.order}" and s.core == cm.priced_order(group)[1]
+    cost = cm.cost(group)
+    assert (s.dram_bytes, s.peak_bytes) == (cost.dram, cost.buffer)
+    assert cost.buffer == t.held * cm.b < cm.beta
     r = replay(s, g, cm.node_weights)
     assert (r.dram_bytes, r.peak_bytes) == (s.dram_bytes, s.peak_bytes)
 
 
-def tiled(cm: CostModel, group: Group) -> bool:
-    """Cores laid out as their order's fit test counts them (streaming and direct: xfails)."""
-    order = cm.layer_tiling(cm.priced_order(group)[1]).order
-    return order in ("row-bands", "channel-passes", "output-tiles")
+def scheduled(cm: CostModel, group: Group) -> bool:
+    """Priced by an order with a builder (``direct`` has none: xfail below)."""
+    return tiling_of(cm, group).order != "direct"
 
 
 @pytest.mark.parametrize("b", [1, 2])
@@ -327,21 +316,39 @@ def test_layer_schedules_move_the_layer_cost(name, scheme, b):
         cm = model(g, beta, scheme, b)
         singles = [1 << v for v in range(len(g))]
         for group, kind in layer_groups(cm, singles):
-            if tiled(cm, group):
+            if scheduled(cm, group):
                 check_layer(g, cm, group, kind)
                 seen += 1
     assert seen or name in ("linear_gelu", "split_model", "fan_out", "upsample_chain")
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), beta=st.sampled_from(BUFFERS), b=st.sampled_from([1, 2]))
-def test_layer_schedules_of_random_layers(seed, beta, b):
+def test_layer_and_epilogue_groups_of_random_graphs_replay_exactly(seed, beta, b):
+    # every layer- or epilogue-priced group of up to 3 ops: replayed DRAM = cost.dram and
+    # peak = cost.buffer < beta (the default profile)
     g = random_dag(seed, max_nodes=8)
     for scheme in ("lbdf", "brr"):
         cm = model(g, beta, scheme, b)
-        for group, kind in layer_groups(cm, [1 << v for v in range(len(g))]):
-            if tiled(cm, group):
+        for group, kind in layer_groups(cm, connected_groups(g, 3)):
+            if scheduled(cm, group):
                 check_layer(g, cm, group, kind)
+
+
+@pytest.mark.parametrize("buffer", [1 << 15, 1 << 16])
+def test_layer_and_epilogue_groups_of_a_zoo_model_replay_exactly(buffer):
+    # MobileNetV2's single layers and their epilogue pairs (depthwise, pointwise, residual
+    # adds, the classifier) under both schemes, 2 bytes per element
+    graph = load_zoo_model("mobilenet_v2")
+    for scheme in ("lbdf", "brr"):
+        cm = make_cost_model(graph, Accelerator.of(buffer, scheme, 2))
+        pairs = [1 << v | 1 << u for v in range(len(graph)) for u in bits(graph.succ_mask[v])]
+        groups = [1 << v for v in range(len(graph))] + pairs
+        found = layer_groups(cm, groups)
+        assert found
+        for group, kind in found:
+            if scheduled(cm, group):
+                check_layer(graph, cm, group, kind)
 
 
 def test_channel_passes_by_hand():
@@ -364,7 +371,7 @@ def test_channel_passes_by_hand():
     assert s.dram[TrafficKey("weights", conv2)] == 296
     assert s.dram[TrafficKey("tensor", g.nodes[conv2].inputs[0])] == 4 * 256
     r = replay(s, g, cm.node_weights)
-    assert (r.dram_bytes, r.peak_bytes) == (1832, 186) == (cm.dram_bytes(1 << conv2), t.held)
+    assert (r.dram_bytes, r.peak_bytes) == (1832, 186) == tuple(cm.cost(1 << conv2)[:2])[::-1]
 
 
 # -- epilogues -----------------------------------------------------------------------------
@@ -383,7 +390,11 @@ def test_epilogue_add_by_hand():
     assert s.in_place == 1 << g.node_index["add"]
     assert s.dram_bytes == cm.dram_bytes(group) == 1428
     r = replay(s, g, cm.node_weights)
-    assert (r.dram_bytes, r.peak_bytes) == (1428, 255)
+    assert (
+        (r.dram_bytes, r.peak_bytes)
+        == (1428, 255)
+        == (cm.dram_bytes(group), cm.buffer_bytes(group))
+    )
 
 
 @pytest.mark.parametrize("scheme", ["lbdf", "brr"])
@@ -394,82 +405,62 @@ def test_epilogue_schedules_move_the_epilogue_cost(name, scheme):
         for b in (1, 2):
             cm = model(g, beta, scheme, b)
             for group, kind in layer_groups(cm, connected_groups(g, 3)):
-                if kind != "epilogue" or not tiled(cm, group):
-                    continue
-                s = layer_schedule(cm, group)
-                core = cm.priced_order(group)[1]
-                if over_counts(cm, core):
-                    assert s.dram_bytes <= cm.dram_bytes(group)
-                else:
-                    assert s.dram_bytes == cm.dram_bytes(group)
-                    assert s.peak >= cm.layer_tiling(core).held  # the epilogue adds room
-                if s.peak_bytes < cm.beta:  # else the epilogue's room gap (xfail below)
-                    r = replay(s, g, cm.node_weights)
-                    assert (r.dram_bytes, r.peak_bytes) == (s.dram_bytes, s.peak_bytes)
+                if kind == "epilogue" and scheduled(cm, group):
+                    check_layer(g, cm, group, kind)
 
 
-# -- where the closed forms are not schedules ----------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="output tiles count (h - 1) S + K input rows per tile: the padding rows it counts "
-    "do not exist, so the schedule moves 1,192 elements where the cost charges 1,320 "
-    "(and holds 146 where the fit test counts 154)",
-)
-def test_output_tiles_halo_counts_only_real_rows():
+def test_output_tiles_count_only_real_rows():
+    # conv_chain conv1 (4,8,8) -> (4,8,8), 3x3 pad 1, 148 weights, alone at 160 B: output
+    # tiles of 2 channels x 5 rows (the fit test: 18 weights, 80 partial sums, a 7 x 8
+    # window, 154 < 160). Row tiles 0..5 and 5..8 read input rows 0..6 and 4..8 (the padding
+    # rows do not exist): 10 rows of 8 per input channel, 4 channels, 2 channel tiles: 640;
+    # the weights twice: 296; io without the input 256: 1192 (the (h - 1) S + K rows, 7 + 5,
+    # would charge 1320). It holds 18 + 80 + the largest window 6 x 8 = 146.
     g = to_graph(conv_chain())
     cm = model(g, 160, "lbdf")
     conv1 = 1 << g.node_index["conv1"]
     s = layer_schedule(cm, conv1)
     assert (s.dram_elements, s.peak) == (1192, 146)
-    assert s.dram_bytes == cm.dram_bytes(conv1)
+    assert tuple(cm.cost(conv1)[:2]) == (146, 1192)
+    check_layer(g, cm, conv1, "layer")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="streaming holds a band of partial sums and the staged weights, but the input it "
-    "scatters must be in the buffer too: one row of one input channel (8 elements here)",
-)
 def test_streaming_holds_what_it_counts():
+    # conv_chain conv1 alone at 100 B: one output channel's 8 x 8 partial sums, the 9
+    # weights of one (output, input) channel pair and the input row being scattered (8):
+    # 64 + 9 + 8 = 81 < 100, one band; each output channel reads the 4 input channels once:
+    # 256 (output) + 148 + 4 * 4 * 64 = 1428
     g = to_graph(conv_chain())
     cm = model(g, 100, "lbdf")
     conv1 = g.node_index["conv1"]
     t = cm.layer_tiling(conv1)
-    s = layer_schedule(cm, 1 << conv1)
-    assert (t.order, t.held, s.peak) == ("streaming", 73, 81)
-    assert s.peak == t.held
+    assert (t.order, t.held, t.dram) == ("streaming", 81, 1428)
+    check_layer(g, cm, 1 << conv1, "layer")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a weightless op streams with no fit test: the global pool's channel (8 x 8) and "
-    "its output take 65 elements, over a 48 B buffer; and its second pass over the input "
-    "(io + Wh) is never needed: one pass per channel moves 520 of the 1,032 charged",
-)
-def test_weightless_streaming_fits_and_moves_its_cost():
+def test_weightless_streaming_has_a_fit_test():
+    # se_block's global pool (8,8,8) -> (8,1,1): at 48 B even one channel's window (64) and
+    # its output (1) do not fit: no streaming schedule, only the convention ``direct`` keeps
+    # (io 520 + a second pass over the input, 512: 1032). At 80 B LBDF fits it (72 B).
     g = to_graph(se_block())
-    cm = model(g, 48, "lbdf")
-    gap = 1 << g.node_index["gap"]
-    s = layer_schedule(cm, gap)
-    assert (s.peak, s.dram_elements, cm.dram_bytes(gap)) == (65, 520, 1032)
-    assert s.peak_bytes < cm.beta and s.dram_bytes == cm.dram_bytes(gap)
+    gap = g.node_index["gap"]
+    t = model(g, 48, "lbdf").layer_tiling(gap)
+    assert (t.order, t.dram, t.held) == ("direct", 1032, 0)
+    # at 70 B one channel at a time fits: 64 + 1 = 65, every input element read once: io
+    t = model(g, 70, "lbdf").layer_tiling(gap)
+    assert (t.order, t.dram, t.held) == ("streaming", 520, 65)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="row bands of a matmul of two activations over column strips count the operands' "
-    "columns in proportion to the strip; a whole-input op reads every column of both (its "
-    "window), so the strips of 'qk' hold Q and K^T whole: 288 elements where the fit test "
-    "counts 96, over a 256 B buffer at 2 B/element",
-)
-def test_attention_row_bands_hold_what_they_count():
+def test_attention_row_bands_count_q_and_k_whole():
+    # transformer_block's 'qk' (Q (2,8,8) x K^T (16,8,1) -> (2,8,8)) at 2 B/element: every
+    # output column reads whole rows of both operands, so a strip holds Q and K^T whole
+    # (128 + 128). At 256 B nothing fits (direct: no schedule); at 600 B one output row over
+    # Q and K^T held whole fits (256 + 2 * 8 = 272, 544 B < 600) and reads each once: io
     g = to_graph(nm.transformer_block())
-    cm = model(g, 256, "lbdf", 2)
     qk = g.node_index["qk"]
-    t = cm.layer_tiling(qk)
-    s = layer_schedule(cm, 1 << qk)
-    assert (t.order, t.cols, t.held, s.peak) == ("row-bands", 2, 96, 288)
-    assert s.dram_bytes == cm.dram_bytes(1 << qk)  # Q read once, K^T once per strip
-    assert s.peak == t.held
+    assert model(g, 256, "lbdf", 2).layer_tiling(qk).order == "direct"
+    t = model(g, 600, "lbdf", 2).layer_tiling(qk)
+    assert (t.order, t.held, t.dram) == ("streaming", 272, 128 + 128 + 128)
 
 
 @pytest.mark.xfail(
@@ -489,18 +480,18 @@ def test_direct_has_a_schedule():
     pytest.fail("no direct layer among the random graphs")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an epilogue's buffer is not in the layer's fit test: the residual add reads its "
-    "other input's block (64 elements) beside the core's band, 192 in a 160 B buffer",
-)
 def test_epilogue_fits_the_buffer():
+    # strided_residual [conv, add] under BRR at 160 B: conv (4,4,4) -> (4,4,4), 148 weights;
+    # the add reads the pool's block from DRAM beside conv's, so the fit test counts it:
+    # channel passes of 2 channels hold 2 * 37 weights, the 3-row window of the input
+    # (3 * 4 * 4 = 48), one output row of 2 channels (8) and the pool's matching block (8):
+    # 138 < 160
     g = to_graph(strided_residual())
     cm = model(g, 160, "brr")
     group = named(g, "conv", "add")
     s = layer_schedule(cm, group)
-    assert s.peak == 192
-    assert s.peak_bytes < cm.beta
+    assert s.peak == 138 == cm.cost(group).buffer
+    check_layer(g, cm, group, "epilogue")
 
 
 def test_epilogue_weights_stay_resident():
