@@ -47,8 +47,13 @@ so they cost transitions, not states. Two exact reductions are used instead:
   S ⊆ G of R, ``F_beta(S) <= F_beta(G)`` (and BRR's footprint likewise):
 
   - LBDF: a node v of S has the same in-group producers in S and in G (its predecessors in
-    R are all in S), hence the same row delay and skip term; its weight and line-buffer
-    terms do not depend on the group; G only adds nodes with non-negative terms.
+    R are all in S), hence the same start and row delay. Paper profile: the same skip term,
+    weight and line-buffer terms that do not depend on the group, and G only adds nodes
+    with non-negative terms. Default profile: each tensor's ring is a max over its in-group
+    readers minus an arrival that is its producer's delay or, for an input from outside
+    (made outside R, so outside G too), a min over its readers; G only adds readers and
+    rings, and a sink's row becomes a ring of at least as many rows (docs/cost-model.md,
+    "LBDF").
   - BRR (checked at start: every tensor has >= 1 row, else no pruning): the rows kept per
     node, ``h(v) = 1`` for a last node and
     ``max over in-group consumers c of min(ceil((h(c)-1)*S_c + K_c), H_out(v))``

@@ -33,7 +33,7 @@ from accel_model.schedule_lbdf import (
     least_rows,
 )
 from data.zoo import load_zoo_model
-from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
+from fusionplan.ir.graph import Group, Node, OpGraph, Tensor, bits, mask_of
 from tests import numeric_models as nm
 from tests.onnx_builders import (
     conv_chain,
@@ -256,6 +256,39 @@ def test_lbdf_squeeze_excite_with_an_external_input():
     assert not lbdf_pipeline(cm, group).overflows
     r = replay(lbdf_schedule(cm, group), g, cm.node_weights)
     assert (r.peak_bytes, r.dram_bytes) == (cm.buffer_bytes(group), cm.dram_bytes(group))
+
+
+def down_up_join() -> OpGraph:
+    """x (4,16,16) -> c0 3x3 -> a -> down 1x1/2 -> b (4,8,8) -> mid 3x3 -> c -> up nearest x2
+    -> d (4,16,16) -> add(d, a): a U-Net block's skip joined with its down-up path."""
+    t = [Tensor("x", (4, 16, 16), -1)]
+    nodes = []
+
+    def op(name, op_type, kind, inputs, shape, **attrs):
+        t.append(Tensor(name + ".out", shape, len(nodes)))
+        nodes.append(Node(name, op_type, kind, inputs, (len(t) - 1,), **attrs))
+        return len(t) - 1
+
+    a = op("c0", "Conv", "conv", (0,), (4, 16, 16), kernel=(3, 3), pads=(1, 1, 1, 1), weights=148)
+    b = op("down", "Conv", "conv", (a,), (4, 8, 8), stride=(2, 2), weights=20)
+    c = op("mid", "Conv", "conv", (b,), (4, 8, 8), kernel=(3, 3), pads=(1, 1, 1, 1), weights=148)
+    d = op("up", "Resize", "resize", (c,), (4, 16, 16))
+    e = op("add", "Add", "eltwise", (d, a), (4, 16, 16))
+    return OpGraph.build("down_up", nodes, t, [0], [e])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="lags add without rescaling across strides: mid's 1-row lag at 8 rows is 2 rows "
+    "of 'a' after the x2 resize, so the add reads 'a' row o when the down conv has read row "
+    "o + 2: 3 rows needed, the ring allots max(1 + 1, 2 + 1) - d(c0) 1 = 2",
+)
+def test_lbdf_upsampling_join_needs_rescaled_delays():
+    g = down_up_join()
+    cm = model(g, 1 << 20, "lbdf")
+    a = g.nodes[0].outputs[0]
+    assert lbdf_region_rows(cm, g.all_nodes)[a] == least_rows(cm, g.all_nodes, a) == 3
+    assert not lbdf_pipeline(cm, g.all_nodes).overflows
 
 
 def scheme_priced(cm: CostModel, groups) -> list[Group]:
