@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import json
 import os
 import select
@@ -44,25 +43,21 @@ class Browser:
     def __init__(self, binary: str, timeout_s: float = 60.0) -> None:
         self.timeout_s = timeout_s
         self._profile = tempfile.TemporaryDirectory(prefix="fp-chromium-")
-        to_child, self._write = os.pipe()
-        self._read, from_child = os.pipe()
-        # out of the way of fds 3 and 4, which the child's copies take
-        child_in = fcntl.fcntl(to_child, fcntl.F_DUPFD, 10)
-        child_out = fcntl.fcntl(from_child, fcntl.F_DUPFD, 10)
-        os.close(to_child)
-        os.close(from_child)
-
-        def wire() -> None:  # in the child: its command pipe on fd 3, its replies on fd 4
-            os.dup2(child_in, 3)
-            os.dup2(child_out, 4)
-
+        child_in, self._write = os.pipe()
+        self._read, child_out = os.pipe()
+        # bash puts the child's ends on fds 3 and 4, then becomes the browser (no preexec_fn:
+        # it is unsafe in a process with threads, as pytest-xdist workers are; dash takes
+        # single-digit fds only)
+        wire = f'exec "$0" "$@" 3<&{child_in} 4>&{child_out}'
+        shell = shutil.which("bash") or "/bin/bash"
         self._proc = subprocess.Popen(
-            [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-extensions", "--disable-background-networking", "--mute-audio",
-             f"--user-data-dir={self._profile.name}", "--remote-debugging-pipe",
-             f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}", "about:blank"],
+            [shell, "-c", wire, binary, "--headless=new", "--no-sandbox", "--disable-gpu",
+             "--no-first-run", "--disable-extensions", "--disable-background-networking",
+             "--mute-audio", f"--user-data-dir={self._profile.name}",
+             "--remote-debugging-pipe", f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}",
+             "about:blank"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            close_fds=False, preexec_fn=wire,
+            pass_fds=(child_in, child_out),
         )  # fmt: skip
         os.close(child_in)
         os.close(child_out)
