@@ -151,6 +151,7 @@ def plan_payload(graph: OpGraph, plan: Mapping[str, Any], label: str) -> dict[st
     from outside or written out), per op's weights, and its compact schedule."""
     index = graph.node_index
     owner: dict[int, int] = {}
+    producer = {t.name: t.producer for t in graph.tensors}
     groups = []
     for gi, entry in enumerate(plan["groups"]):
         ops = []
@@ -162,11 +163,11 @@ def plan_payload(graph: OpGraph, plan: Mapping[str, Any], label: str) -> dict[st
                 raise PlanError(f"{label}: op '{name}' is in two groups")
             owner[v] = gi
             ops.append(v)
-        groups.append(_group_payload(graph, entry, gi, sorted(ops)))
+        groups.append(_group_payload(entry, gi, sorted(ops), producer))
     missing = [graph.nodes[v].name for v in range(len(graph)) if v not in owner]
     if missing:
-        raise PlanError(f"{label}: {len(missing)} op(s) of {graph.name} in no group, e.g. "
-                        f"'{missing[0]}'")  # fmt: skip
+        example = missing[0]
+        raise PlanError(f"{label}: {len(missing)} op(s) of {graph.name} in no group: {example}")
     accel = plan["accelerator"]
     return {
         "label": label,
@@ -188,11 +189,11 @@ def _accel_text(accel: Mapping[str, Any]) -> str:
 
 
 def _group_payload(
-    graph: OpGraph, entry: Mapping[str, Any], gi: int, ops: list[int]
+    entry: Mapping[str, Any], gi: int, ops: list[int], producer: Mapping[str, int]
 ) -> dict[str, Any]:
+    """One group's figures; ``producer`` maps a tensor's name to the op that makes it."""
     schedule = entry.get("schedule") if isinstance(entry.get("schedule"), dict) else None
     inside = set(ops)
-    producer = {t.name: t.producer for t in graph.tensors}
     tensors, weights = [], []
     if schedule is not None and isinstance(schedule.get("dram_bytes"), dict):
         for name, nbytes in sorted(schedule["dram_bytes"].get("tensors", {}).items()):
@@ -306,19 +307,17 @@ def sweep_payload(
 ) -> dict[str, Any]:
     """Rows for the chart, each with the index of the report's plan of that model, scheme
     and buffer (-1: the report holds no such plan)."""
-    key_of = {}
+    key_of: dict[tuple[Any, ...], int] = {}
     for i, p in enumerate(plans):
         accel = p["accelerator"]
         key_of.setdefault((p["model"], accel.get("scheme"), accel.get("buffer_bytes")), i)
+    only = plans[0]["model"] if len({p["model"] for p in plans}) == 1 else ""
     out = []
     for row in rows:
         item = {k: row[k] for k in row if row[k] != ""}
-        model = model_label(str(row.get("model", "")))
-        item["model"] = model
-        item["plan"] = key_of.get((model, row.get("scheme"), row.get("buffer_bytes")), -1)
-        if item["plan"] < 0 and len({p["model"] for p in plans}) == 1 and not model:
-            item["plan"] = key_of.get((plans[0]["model"], row.get("scheme"),
-                                       row.get("buffer_bytes")), -1)  # fmt: skip
+        item["model"] = model_label(str(row.get("model", ""))) or only  # a table without models
+        key = (item["model"], row.get("scheme"), row.get("buffer_bytes"))
+        item["plan"] = key_of.get(key, -1)
         out.append(item)
     return {"rows": out}
 
@@ -342,10 +341,8 @@ def streams_payload(trace: Mapping[str, Any], title: str) -> dict[str, Any]:
             labels[pid] = ev["args"]["name"]
         elif ev.get("ph") == "X":
             args = ev.get("args", {})
-            chart["ops"].append(
-                {"name": args.get("node", ev["name"]), "type": ev["name"], "stream": ev["tid"],
-                 "start": ev["ts"], "end": round(ev["ts"] + ev["dur"], 3)}
-            )  # fmt: skip
+            op = {"name": args.get("node", ev["name"]), "type": ev["name"], "stream": ev["tid"]}
+            chart["ops"].append({**op, "start": ev["ts"], "end": round(ev["ts"] + ev["dur"], 3)})
             chart["streams"] = max(chart["streams"], ev["tid"] + 1)
         elif ev.get("ph") in ("s", "f"):
             end = flows.setdefault((pid, ev["id"]), {})
