@@ -476,7 +476,9 @@
     }
     const head = el("div", { class: "toolbar" }, section);
     el("b", {}, head, "DRAM traffic and its proven lower bound against the buffer");
-    const status = el("span", { id: "status" }, head, "click a point to open its plan");
+    const hint = rows.some((r) => r.plan >= 0) ? "click a point to open its plan"
+      : "hover a point for its figures (a report given the plan files opens them)";
+    const status = el("span", { id: "status" }, head, hint);
     if (failed) el("span", { class: "tag" }, head, failed + " failed row(s) not drawn");
     const W = 860, H = 440, L = 70, R = 180, T = 16, B = 44;
     const svg = sv("svg", { class: "chart", id: "sweep-chart", width: W, height: H, viewBox: "0 0 " + W + " " + H }, section);
