@@ -99,6 +99,9 @@ def test_every_op_and_group_is_drawn(browser, report) -> None:
     assert sorted(drawn) == sorted(n.name for n in graph.nodes)  # each op exactly once
     regions = dom(browser, listed("g.region", "+e.dataset.group"))
     assert regions == [g["id"] for g in plans[0]["groups"]]
+    marked = dom(browser, listed("g.op.unfusable", "e.dataset.op"))
+    unfusable = [n for g in plans[0]["groups"] if g["unfusable"] for n in g["nodes"]]
+    assert sorted(marked) == sorted(unfusable)  # dashed borders: the ops that run alone
     members = json.dumps([g["nodes"] for g in plans[0]["groups"]])
     outside = browser.evaluate(  # ops whose box is not inside their group's region
         f"(() => {{ const members = {members}; let bad = 0;"
