@@ -214,7 +214,7 @@ class CostModel(ABC):
             if node.kind == "pool":
                 kh, kw = node.kernel
                 found[e] = (1, kh, kw, 1)
-                found[("wait", e)] = (1, 0, 0, (kh - 1) * w_out)
+                found[("wait", e)] = (1, -kh, -kw, (kh - 1) * w_out)
                 continue
             shared = any(
                 (group >> tensors[t].producer) & 1 and readers[t] & group == 1 << e

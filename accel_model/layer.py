@@ -22,10 +22,15 @@ order moves the layer's io and weights at least once; they differ in what they r
 * ``direct``: one output element at a time, its inputs and weights read for each MAC (the
   last resort, needing no buffer: the MAC's operands sit in PE registers).
 
-Each order's traffic is non-increasing in the buffer (the strip and channel counts tried are
-fixed per layer) and the cost is their minimum, so the single-layer cost never rises with
-the buffer and never falls below ``io + weights``. Every order holds what it computes from:
-its costs are checked against the I/O lower bounds of docs/cost-model.md, "I/O lower bounds".
+The fit tests count the unclipped window of a block; once they have chosen the block, the
+default profile counts its DRAM and what it holds from the read windows its schedule uses
+(accel_model/windows.py: no padding, stride gaps read through), so that the replay of
+accel_model/schedule_layer.py moves and holds exactly that; the tools' profiles keep the
+``(h - 1) S + K`` counts. Each order's traffic is non-increasing in the buffer (the strip and
+channel counts tried are fixed per layer) and the cost is their minimum, so the single-layer
+cost never rises with the buffer and never falls below ``io + weights``. Every order holds
+what it computes from: its costs are checked against the I/O lower bounds of
+docs/cost-model.md, "I/O lower bounds".
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ class LayerTiling(NamedTuple):
     order: str  # "row-bands" | "channel-passes" | "output-tiles" | "streaming" | "direct"
     repeats: int  # weight reads (strips x bands), input reads (passes, channels) or tiles
     dram: int  # io + weights + re-reads, elements
-    held: int = 0  # elements held at once, as its fit test counts them (0: no fit test)
+    held: int = 0  # elements its schedule holds (default profile; else as its fit test counts)
     rows: int = 0  # output rows of a block: a band, a tile, a pass's one row
     cols: int = 0  # output columns of a block: the widest strip, a tile's, the whole width
     channels: int = 0  # output channels of a block: a pass's or tile's m, all, or one
@@ -311,7 +316,7 @@ def _bands_exact(geo: LayerGeometry, h: int, width: int, repeats: int) -> tuple[
             extra += ch * rows.union * (cols.total - cols.union)
     dram = geo.io + geo.weights * repeats + extra
     block = geo.out_channels * h * min(width, geo.out_width)
-    return dram, block + _per_tensor(geo, held) + room(geo, geo.out_channels, h, width)
+    return dram, block + _per_tensor(geo, held) + room(geo, geo.out_channels, h, width, True)
 
 
 def _tiles_exact(geo: LayerGeometry, m: int, rows: int, cols: int) -> tuple[int, int]:
@@ -327,16 +332,25 @@ def _tiles_exact(geo: LayerGeometry, m: int, rows: int, cols: int) -> tuple[int,
     return reads, _per_tensor(geo, held)
 
 
-def room(geo: LayerGeometry, m: int, rows: int, cols: int) -> int:
+def room(geo: LayerGeometry, m: int, rows: int, cols: int, held: bool = False) -> int:
     """Elements an epilogue holds beside an output block of ``m`` channels x ``rows`` x
-    ``cols`` (docs/cost-model.md, "Epilogues"): per region ``(dm, dr, dc, k)``, ``k`` times
-    the block's channels, rows and columns each divided (rounded up) by its divisor, a
-    divisor of 0 counting 1 (a broadcast dimension)."""
+    ``cols`` (docs/cost-model.md, "Single-layer cost", "Epilogues"): per region
+    ``(dm, dr, dc, k)``, ``k`` times the block's channels, rows and columns each divided
+    (rounded up) by its divisor, a divisor of 0 counting 1 (a broadcast dimension). A
+    pooling's waiting rows, ``(1, -kh, -kw, k)``, are ``k m`` elements: the fit tests always
+    count them (so they stay monotone), the ``held`` figure only when a block does not end
+    on the pooling's windows."""
 
     def part(n: int, d: int) -> int:
         return -(-n // d) if d else 1
 
-    return sum(k * part(m, dm) * part(rows, dr) * part(cols, dc) for dm, dr, dc, k in geo.room)
+    total = 0
+    for dm, dr, dc, k in geo.room:
+        if dr >= 0:
+            total += k * part(m, dm) * part(rows, dr) * part(cols, dc)
+        elif not held or rows % -dr or (cols < geo.out_width and cols % -dc):
+            total += k * m
+    return total
 
 
 def _fits(elements: int, b: int, beta: int) -> bool:
@@ -371,8 +385,11 @@ def _tallest(fits, top: int) -> int:
 def _band_height(geo: LayerGeometry, width: int, b: int, beta: int) -> int:
     """The tallest band of a strip ``width`` output columns wide whose window fits (0: none)."""
     c = geo.out_channels
-    held = lambda h: window_elements(geo, h, width) + room(geo, c, h, width)  # noqa: E731
-    return _tallest(lambda h: _fits(held(h), b, beta), geo.out_height)
+
+    def fits(h: int) -> bool:
+        return _fits(window_elements(geo, h, width) + room(geo, c, h, width), b, beta)
+
+    return _tallest(fits, geo.out_height)
 
 
 def _row_bands(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
@@ -403,8 +420,11 @@ def _channel_passes(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None
     in_window = window_elements(geo, 1) - geo.out_row
     per_channel = math.ceil(geo.weights / geo.out_channels) + geo.out_width
     width = geo.out_width
-    held = lambda m: m * per_channel + in_window + room(geo, m, 1, width)  # noqa: E731
-    m = _tallest(lambda m: _fits(held(m), b, beta), geo.out_channels)
+
+    def held(m: int, window: int, exact: bool = False) -> int:
+        return m * per_channel + window + room(geo, m, 1, width, exact)
+
+    m = _tallest(lambda m: _fits(held(m, in_window), b, beta), geo.out_channels)
     if m < 1:
         return None
     passes = math.ceil(geo.out_channels / m)
@@ -415,7 +435,7 @@ def _channel_passes(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None
             for i, (_, _, w) in enumerate(geo.in_shapes)
         ]
         in_window = _per_tensor(geo, windows_held)
-    return LayerTiling("channel-passes", passes, dram, held(m), 1, geo.out_width, m)
+    return LayerTiling("channel-passes", passes, dram, held(m, in_window, True), 1, width, m)
 
 
 def _channel_window(geo: LayerGeometry, rows: int, cols: int) -> int:
@@ -468,7 +488,7 @@ def _output_tiles(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
             reads = (geo.inputs + _halo(geo, *block)) * input_reads
             window = _channel_window(geo, *block)
         dram = geo.io - geo.inputs + geo.weights * tiles + reads
-        held = staged + m * block[0] * block[1] + window + room(geo, m, *block)
+        held = staged + m * block[0] * block[1] + window + room(geo, m, *block, True)
         if _fits(held, b, beta) and (best is None or dram < best.dram):
             repeats = math.ceil(geo.out_channels / m) * tiles
             best = LayerTiling("output-tiles", repeats, dram, held, *block, m)
@@ -485,7 +505,10 @@ def _streaming(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
     width = geo.out_width
     row_in = max(w for _, _, w in geo.in_shapes) if geo.physical else 0
     staged = geo.channel_weights + row_in
-    held = lambda r: r * width + staged + room(geo, 1, r, width)  # noqa: E731
+
+    def held(r: int, exact: bool = False) -> int:
+        return r * width + staged + room(geo, 1, r, width, exact)
+
     rows = _tallest(lambda r: _fits(held(r), b, beta), geo.out_height)
     if rows == 0:
         return None
@@ -499,7 +522,9 @@ def _streaming(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
         per_channel = geo.inputs + _halo(geo, rows, width)  # the input once, with band halos
         reads = per_channel * math.ceil(geo.out_channels / geo.groups)
     dram = geo.io - geo.inputs + geo.weights * bands + reads
-    return LayerTiling("streaming", geo.out_channels * bands, dram, held(rows), rows, width, 1)
+    return LayerTiling(
+        "streaming", geo.out_channels * bands, dram, held(rows, True), rows, width, 1
+    )
 
 
 def _streaming_weightless(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
@@ -521,10 +546,11 @@ def _streaming_weightless(geo: LayerGeometry, b: int, beta: int) -> LayerTiling 
         extra += (per_chunk - every) * rows.union * w_in  # a broadcast input, once per chunk
         held.append(most * rows.most * w_in)
     width = geo.out_width
-    held_all = chunk * width + _per_tensor(geo, held) + room(geo, chunk, 1, width)
-    if not _fits(held_all, b, beta):
+    held_all = chunk * width + _per_tensor(geo, held)
+    if not _fits(held_all + room(geo, chunk, 1, width), b, beta):
         return fallback._replace(order="direct")
-    return LayerTiling("streaming", 1, geo.io + extra, held_all, 1, geo.out_width, chunk)
+    held_all += room(geo, chunk, 1, width, True)
+    return LayerTiling("streaming", 1, geo.io + extra, held_all, 1, width, chunk)
 
 
 def _direct(geo: LayerGeometry) -> LayerTiling:
@@ -537,8 +563,9 @@ def _direct(geo: LayerGeometry) -> LayerTiling:
 
 def loop_orders(geo: LayerGeometry, b: int, beta: int) -> list[LayerTiling]:
     """Every loop order the buffer allows for the layer, in the tie-break order (row bands,
-    channel passes, output tiles, streaming, direct); a weightless op always streams, an op
-    with weights can always run direct."""
+    channel passes, output tiles, streaming, direct); a weightless op always streams (or, where
+    its window does not fit, is charged the streaming convention as ``direct``), an op with
+    weights can always run direct."""
     options = [
         _row_bands(geo, b, beta),
         _channel_passes(geo, b, beta),
