@@ -331,6 +331,10 @@ def test_plan_sweep_and_streams_write_html(tmp_path, capsys) -> None:
     shown = _page_data(tmp_path / "plan.html")["plans"][0]
     saved = json.loads((tmp_path / "plan.json").read_text())
     assert [g["dram"] for g in shown["groups"]] == [g["dram_bytes"] for g in saved["groups"]]
+    # without -o the page comes from the plan in memory: the same bytes (timing left out)
+    main(["plan", model, "--buffer", "2KB", "--search", "exact", "-q", "--html",
+          str(tmp_path / "alone.html")])  # fmt: skip
+    assert (tmp_path / "alone.html").read_bytes() == (tmp_path / "plan.html").read_bytes()
     main(["sweep", model, "--buffers", "1KB,64KB", "--search", "exact", "-q", "--html",
           str(tmp_path / "sweep.html")])  # fmt: skip
     sweep = _page_data(tmp_path / "sweep.html")

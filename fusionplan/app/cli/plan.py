@@ -53,8 +53,9 @@ def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, html, as_json):
         result.save(output)
     if onnx_out:
         result.annotate_onnx(model_source(model), onnx_out)
-    if html:
-        write_plan_html(result, html)
+    if html:  # the plan file just written, if any: its schedules are built once
+        saved = json.loads(Path(output).read_text(encoding="utf-8")) if output else None
+        write_plan_html(result, html, saved)
     if as_json:
         click.echo(result.to_json())
     else:
