@@ -527,6 +527,25 @@ def test_epilogue_fits_the_buffer():
     check_layer(g, cm, group, "epilogue")
 
 
+def test_pooling_epilogue_holds_its_waiting_row():
+    # pooling_epilogues [conv1, relu, maxpool 2x2/2] under BRR at 1500 B: conv1 (8,16,16) ->
+    # (16,16,16), 1168 weights (73 per output channel). Channel passes of m channels hold
+    # m * 73 weights, x's 3-row window (3 * 8 * 16 = 384), conv1's output row of m channels
+    # with the row before it waiting for the pool's second row (2 * 16 m, relu in place) and
+    # the pool's output row (8 m): 73 m + 48 m + 384 < 1500 gives m = 9: 657 + 384 + 288 + 72
+    # = 1401. Two passes read x twice: conv1 alone moves 2048 + 4096 + 1168 + 2048 = 9360;
+    # the group swaps conv1's output (4096) for the pool's (16 * 8 * 8 = 1024): 6288
+    g = to_graph(nm.pooling_epilogues())
+    cm = model(g, 1500, "brr")
+    group = named(g, "conv1", "relu", "maxpool")
+    t = cm.epilogue_tiling(group, g.node_index["conv1"])
+    assert (t.order, t.channels, t.held, t.dram) == ("channel-passes", 9, 1401, 9360)
+    s = layer_schedule(cm, group)
+    assert [r.elements for r in s.regions] == [657, 384, 288, 72]
+    assert tuple(cm.cost(group)[:2]) == (1401, 6288)
+    check_layer(g, cm, group, "epilogue")
+
+
 def test_epilogue_weights_stay_resident():
     # linear_gelu [fc, bias] under BRR at 160 B, 2 B/element: fc's output tiles (two tiles
     # of 8 channels x all 4 token rows) stream its 128 weights once, 64 per tile; the bias's
