@@ -12,8 +12,6 @@ each lag is added in the consumer's input rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from accel_model.base import CostModel, GroupCost
 from accel_model.registry import COST_MODELS
 from accel_model.rows import (
@@ -103,10 +101,10 @@ class LBDF(CostModel):
             self._paper_setup(graph)
 
     def _ring_setup(self, graph: OpGraph) -> None:
-        """Per node: (lag, (producer, rows added when read whole) per input made by an op,
-        (tensor, window rows) per input, (tensor, consumers, rows it holds as a sink) per
-        output); per tensor its row elements, height and producer (docs/cost-model.md,
-        "LBDF")."""
+        """Per node: (weight elements, lag, (producer, rows added when read whole) per input
+        made by an op, (tensor, window rows) per input, (tensor, consumers, rows it holds as
+        a sink) per output); per tensor its row elements, height and producer
+        (docs/cost-model.md, "LBDF")."""
         t = graph.tensors
         self._row = tuple(s.shape[0] * s.shape[2] for s in t)
         self._height = tuple(max(s.shape[1], 1) for s in t)
@@ -129,9 +127,8 @@ class LBDF(CostModel):
                 (ti, consumers[ti], self._height[ti] if ti in self._accumulated else 1)
                 for ti in n.outputs
             )
-            terms.append(
-                (lbdf_stream_lag(graph, v), waits, tuple(zip(n.inputs, window, strict=True)), outs)
-            )
+            reads = tuple(zip(n.inputs, window, strict=True))
+            terms.append((self.node_weights[v], lbdf_stream_lag(graph, v), waits, reads, outs))
         self._ring_terms = tuple(terms)
 
     def _paper_setup(self, graph: OpGraph) -> None:
@@ -170,7 +167,7 @@ class LBDF(CostModel):
         # and a row (a reduction: every row) of each output
         rows: dict[int, int] = {}
         for v in bits(nodes):
-            _, _, reads, outs = self._ring_terms[v]
+            _, _, _, reads, outs = self._ring_terms[v]
             for ti, k in reads:
                 h = self._height[ti]
                 rows[ti] = max(rows.get(ti, 0), h if k == WHOLE else min(k, h))
@@ -183,17 +180,20 @@ class LBDF(CostModel):
         """Default profile: per tensor ``group`` reads or writes, (window rows, rows held):
         the most rows one reader reads at once, and the rows its ring spans in the
         pipeline (docs/cost-model.md, "LBDF")."""
-        return {ti: (k, held) for ti, k, held in self._rings(group)}
+        return {ti: (k, held) for ti, k, held in self._rings(group)[1]}
 
-    def _rings(self, group: Group) -> Iterator[tuple[int, int, int]]:
-        """(tensor, window rows, rows held) per ring of ``group``. Written flat: the exact
-        search's hot path."""
+    def _rings(self, group: Group) -> tuple[int, list[tuple[int, int, int]]]:
+        """(weight elements, (tensor, window rows, rows held) per ring) of ``group``.
+        Written flat: the exact search's hot path."""
         delay: dict[int, int] = {}
         # streamed tensor -> [max over readers of start + window, min start, max window]
         spans: dict[int, list[int]] = {}
         whole: set[int] = set()
+        rings: list[tuple[int, int, int]] = []
+        weights = 0
         for v in bits(group):
-            lag, waits, reads, outs = self._ring_terms[v]
+            weight, lag, waits, reads, outs = self._ring_terms[v]
+            weights += weight
             start = 0
             for p, extra in waits:
                 if group >> p & 1:
@@ -217,34 +217,35 @@ class LBDF(CostModel):
             delay[v] = start + lag
             for ti, readers, sink in outs:
                 if not readers & group:
-                    yield ti, sink, sink
+                    rings.append((ti, sink, sink))
         height, producer, accumulated = self._height, self._producer, self._accumulated
         for ti in whole:
-            yield ti, height[ti], height[ti]
+            rings.append((ti, height[ti], height[ti]))
         for ti, (reach, arrive, k) in spans.items():
-            if ti in whole:
+            if whole and ti in whole:
                 continue
             h, p = height[ti], producer[ti]
             if p >= 0 and group >> p & 1:
                 if ti in accumulated:
-                    yield ti, h, h
+                    rings.append((ti, h, h))
                     continue
                 arrive = delay[p]
-            held = reach - arrive if reach - arrive < h else h
-            yield ti, k, held
+            held = reach - arrive
+            rings.append((ti, k, held if held < h else h))
+        return weights, rings
 
     def buffer_terms(self, group: Group) -> tuple[int, int, int]:
         """(weight, line-buffer, skip-buffer) elements of ``group``: under the default
         profile the rings' window rows and the rows beyond them; see the module doc."""
         if not self.physical_rows:
             return self._paper_terms(group)
-        node_weights, row = self.node_weights, self._row
-        weights = sum(node_weights[v] for v in bits(group))
-        line = skip = 0
-        for ti, k, held in self._rings(group):
+        row = self._row
+        weights, rings = self._rings(group)
+        line = held_total = 0
+        for ti, k, held in rings:
             line += k * row[ti]
-            skip += (held - k) * row[ti]
-        return weights, line, skip
+            held_total += held * row[ti]
+        return weights, line, held_total - line
 
     def _paper_terms(self, group: Group) -> tuple[int, int, int]:
         """The paper's per-node line buffers and uncapped skip rows. Written flat (the
