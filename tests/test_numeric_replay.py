@@ -197,8 +197,7 @@ KNOWN: dict[tuple[str, str, int], str] = {
     ),
     ("class_token", "brr", 8192): "the class token's Concat shifts rows (see brr 2048)",
 }
-TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {
-}
+TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {}
 """Plans whose schedules compute the graph but move other traffic than their cost model
 charges (more: a cost below its schedule; less: a closed form above it), or that a replay
 rule refuses on the way (a recompute from weights streamed once)."""
