@@ -382,15 +382,17 @@ class BRR(CostModel):
                 best = other
             if self._physical and b * best.footprint < beta:
                 chosen = sliced[best.parity]
-                if chosen and self._may_recompute(group, chosen):
-                    rerun, best.reread = self.recompute_traffic(group, chosen)
+                split = self._split_loops(group, chosen) if chosen else ()
+                if split:
+                    rerun, best.reread = self.recompute_traffic(group, chosen, split)
                     best.rerun = 0 if best.resident else rerun
         return best
 
-    def _may_recompute(self, group: Group, sliced: Group) -> bool:
-        """Whether a slice loop of ``group`` needs a later pass (a cheap test before
-        :meth:`recompute_traffic`): a sliced op reads an op that keeps all its channels and
-        lies below a sliced op of its own loop (joined to it by edges between sliced ops)."""
+    def _split_loops(self, group: Group, sliced: Group) -> tuple[Group, ...]:
+        """The sliced ops of each slice loop of ``group`` that needs a later pass (a cheap
+        test before :meth:`recompute_traffic`): a loop where a sliced op reads an op that
+        keeps all its channels and lies below a sliced op of the loop (joined to it by
+        edges between sliced ops)."""
         graph = self.graph
         desc, succ, pred, anc = (
             graph.descendant_mask,
@@ -403,33 +405,41 @@ class BRR(CostModel):
             below |= desc[s]
         below &= group & ~sliced
         if not below:
-            return False
+            return ()
+        split: list[Group] = []
+        loops: list[Group] = []  # the loops flooded so far
         for m in bits(sliced):
             producers = pred[m] & below
-            if not producers:
+            if not producers or any(lp >> m & 1 for lp in split):
                 continue
-            loop, frontier = 1 << m, 1 << m
-            while frontier:
-                v = (frontier & -frontier).bit_length() - 1
-                frontier &= frontier - 1
-                near = (succ[v] | pred[v]) & sliced & ~loop
-                loop |= near
-                frontier |= near
-            for p in bits(producers):
-                if anc[p] & loop:
-                    return True
-        return False
+            loop = next((lp for lp in loops if lp >> m & 1), 0)
+            if not loop:
+                loop, frontier = 1 << m, 1 << m
+                while frontier:
+                    v = (frontier & -frontier).bit_length() - 1
+                    frontier &= frontier - 1
+                    near = (succ[v] | pred[v]) & sliced & ~loop
+                    loop |= near
+                    frontier |= near
+                loops.append(loop)
+            if any(anc[p] & loop for p in bits(producers)):
+                split.append(loop)
+        return tuple(split)
 
-    def recompute_traffic(self, group: Group, sliced: Group) -> tuple[int, int]:
+    def recompute_traffic(
+        self, group: Group, sliced: Group, split: tuple[Group, ...]
+    ) -> tuple[int, int]:
         """(weights streamed again per tile, elements read again) by the later passes of
-        the slice loops of ``group`` under the slicing ``sliced``: a pass recomputes the
-        sliced ops an earlier pass computed, streaming their weights again, and reads again
-        the slice-held inputs an earlier pass read (docs/cost-model.md, "Channel slices")."""
+        the slice loops of ``group`` under the slicing ``sliced`` (those holding an op of
+        ``split``; the others run in one pass): a pass recomputes the sliced ops an earlier
+        pass computed, streaming their weights again, and reads again the slice-held inputs
+        an earlier pass read (docs/cost-model.md, "Channel slices")."""
         again = self.slice_rereaders((sliced, sliced), group)[2]
         external = external_readers(self.graph, group)
         whole = self.whole_inputs(group, sliced, again, external)
         try:
-            passes = SliceLoops(self, group, sliced, external, whole).loops()
+            loops = SliceLoops(self, group, sliced, external, whole)
+            passes = [lp for ops in split for lp in loops.split(ops)]
         except ScheduleError:
             return 0, 0  # no schedule: nothing to count
         runs: dict[int, int] = {}
@@ -685,16 +695,28 @@ class SliceLoops:
     ) -> None:
         self.graph, self.group, self.sliced = cm.graph, group, sliced
         self.external, self.whole_ext = external, whole_ext
-        self.role, self.pe_unroll = cm._role, cm.accel.pe_unroll
-        succ = cm.graph.succ_mask
-        self.consumers = {v: bits(succ[v] & group) for v in bits(group)}
+        self.role, self.pe_unroll, self.shapes = cm._role, cm.accel.pe_unroll, cm._out_shape
+        self.succ = cm.graph.succ_mask
 
     def in_group(self, v: int) -> bool:
         return v >= 0 and bool(self.group >> v & 1)
 
+    def split(self, ops: Group) -> list[SlicePass]:
+        """The passes of the slice loop of the sliced ``ops`` (joined by edges), for the
+        closed form's count: under the default profile's channel rule a slice-held input
+        has one reader where a loop op reads it (else it is held whole), so the loop is
+        these ops and the slice-held inputs they read, with no reader accumulating them."""
+        members = set(bits(ops))
+        held = {
+            t
+            for t, readers in self.external.items()
+            if not self.whole_ext[t] and any(v in members for v, _ in readers)
+        }
+        return self._passes(members, held, {}, 0)
+
     def loops(self) -> list[SlicePass]:
         """The slice loops of the group, each split into passes that can run in order."""
-        graph, tensors = self.graph, self.graph.tensors
+        tensors = self.graph.tensors
         parent: dict[tuple[str, int], tuple[str, int]] = {}
 
         def find(x: tuple[str, int]) -> tuple[str, int]:
@@ -708,7 +730,7 @@ class SliceLoops:
         sliced = set(bits(self.sliced))
         for v in sliced:
             find(("op", v))
-            for c in self.consumers[v]:
+            for c in bits(self.succ[v] & self.group):
                 if c in sliced:
                     union(("op", v), ("op", c))
         ext_partial: dict[int, set[int]] = {}  # slice-held input -> readers accumulating it
@@ -728,8 +750,9 @@ class SliceLoops:
         if parts and not self.pe_unroll:
             raise ScheduleError("channel slices without a PE unroll")
         out: list[SlicePass] = []
+        shapes = self.shapes
         for ops, ts in sorted(parts.values(), key=lambda p: min(p[0] | {1 << 60})):
-            channels = {graph.out_shape(v)[0] for v in ops} | {tensors[t].shape[0] for t in ts}
+            channels = {shapes[v][0] for v in ops} | {tensors[t].shape[0] for t in ts}
             if len(channels) != 1:
                 raise ScheduleError(
                     "a slice loop mixes channel counts " + ", ".join(map(str, sorted(channels)))
@@ -751,7 +774,7 @@ class SliceLoops:
         for v in sorted(fed_by):
             if not self.sliced >> v & 1:
                 continue  # a whole op reading a slice-held input finishes inside the loop
-            for c in self.consumers[v]:
+            for c in bits(self.succ[v] & self.group):
                 if c in members:
                     continue
                 if graph.nodes[c].kind == "concat" and concat_offset(graph, c, 0) is not None:
@@ -770,7 +793,8 @@ class SliceLoops:
         loop) what the loop's readers make runs in a later pass, recomputing the members it
         reads slice by slice (a squeeze-excite scale applied to a sliced conv's output)."""
         graph, tensors, group = self.graph, self.graph.tensors, self.group
-        desc = graph.descendant_mask
+        desc, pred = graph.descendant_mask, graph.pred_mask
+        outside = group & ~sum(1 << m for m in members)
         remaining, earlier = set(members), set()
         passes: list[SlicePass] = []
         if not members:  # only readers accumulating over a slice-held input
@@ -791,18 +815,12 @@ class SliceLoops:
                     reach |= (desc[c] & group) | 1 << c
                 for m in run:
                     reach |= desc[m] & group
-                reach &= ~sum(1 << m for m in members)
-                bad = {
-                    m
-                    for m in run
-                    for t in graph.nodes[m].inputs
-                    if tensors[t].producer not in members
-                    and self.in_group(tensors[t].producer)
-                    and reach >> tensors[t].producer & 1
-                }
-                for m in sorted(run):
-                    if any(desc[b] >> m & 1 for b in bad):
-                        bad.add(m)
+                reach &= outside
+                bad = {m for m in run if pred[m] & reach}
+                below = 0  # and every member below one of those
+                for m in bad:
+                    below |= desc[m]
+                bad |= {m for m in run if below >> m & 1}
                 if not bad:
                     break
                 run -= bad
