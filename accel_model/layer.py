@@ -39,7 +39,7 @@ import math
 from typing import NamedTuple
 
 from accel_model import windows
-from accel_model.channels import ChannelRole, channel_role
+from accel_model.channels import ChannelRole, channel_role, is_depthwise
 from accel_model.rows import input_rows, is_activation_matmul, row_window
 from fusionplan.ir.graph import Node, OpGraph
 
@@ -258,6 +258,67 @@ def _fed(geo: LayerGeometry, i: int, rows: int) -> tuple[int, int]:
     return sum(bands), _union(spans)
 
 
+def _channel_rule(geo: LayerGeometry, i: int) -> tuple[str, int, int]:
+    """How op's output channels map to input ``i``'s (accel_model/windows.py's
+    ``input_channels``, as arithmetic, so that a sum over channel tiles costs no calls):
+    ``("all", 0, C)``, ``("groups", out, in)`` per group, ``("mult", m, 0)`` a depthwise
+    multiplier, ``("shift", offset, C)`` the same channels shifted (a concat's part)."""
+    key = ("rule", i)
+    hit = geo.memo.get(key)
+    if hit is None:
+        graph, v = geo.graph, geo.op
+        node = graph.nodes[v]
+        c_in, c_out = geo.in_shapes[i][0], geo.out_channels
+        role = channel_role(graph, v)
+        hit = ("all", 0, c_in)
+        if role == ChannelRole.MIXING:
+            g = max(node.groups, 1)
+            if g > 1 and not c_out % g and not c_in % g:
+                hit = ("groups", c_out // g, c_in // g)
+        elif role == ChannelRole.LOCAL:
+            if c_in == 1 and c_out > 1:
+                hit = ("groups", c_out, 1)  # a broadcast input: its one channel
+            elif is_depthwise(graph, v) and c_out != c_in and not c_out % c_in:
+                hit = ("mult", c_out // c_in, 0)
+            else:
+                hit = ("shift", 0, c_in)
+        elif (offset := windows.concat_offset(graph, v, i)) is not None:
+            hit = ("shift", offset, c_in)
+        geo.memo[key] = hit
+    return hit
+
+
+def _tile_channels(rule: tuple[str, int, int], a: int, b: int) -> int:
+    """How many input channels output channels ``a..b`` read under ``rule``."""
+    kind, p, q = rule
+    if kind == "all":
+        return q
+    if kind == "groups":
+        return ((b - 1) // p - a // p + 1) * q
+    if kind == "mult":
+        return (b - 1) // p - a // p + 1
+    return max(0, min(b - p, q) - max(a - p, 0))
+
+
+def _tile_sums(rule: tuple[str, int, int], m: int, c_out: int) -> tuple[int, int]:
+    """(channels read summed over the tiles of ``m`` output channels, the most one tile
+    reads) under ``rule``; in closed form where every tile reads alike or the channels are
+    shifted (tiles partition the output channels: interior ones are whole), else per tile."""
+    kind, p, q = rule
+    tiles = -(-c_out // m)
+    if kind == "all" or (kind == "groups" and p >= c_out):
+        return tiles * q, q
+    if kind == "shift":
+        lo, hi = max(p, 0), min(p + q, c_out)
+        if lo >= hi:
+            return 0, 0
+        first, last = lo // m, (hi - 1) // m
+        ends = (_tile_channels(rule, t * m, min(t * m + m, c_out)) for t in (first, last))
+        return hi - lo, max(*ends, m if last - first >= 2 else 0)
+    found = [_tile_channels(rule, a, b) for a, b in _split(c_out, m)]
+    return sum(found), max(found)
+
+
 def _channel_reads(geo: LayerGeometry, i: int, m: int) -> tuple[int, int, int]:
     """Input ``i``'s channels over the output-channel tiles of ``m``: (read one output
     channel at a time, read once per tile, the most one tile reads). A mixing op's tile
@@ -265,22 +326,10 @@ def _channel_reads(geo: LayerGeometry, i: int, m: int) -> tuple[int, int, int]:
     key = ("ch", i, m)
     hit = geo.memo.get(key)
     if hit is None:
-        graph, v = geo.graph, geo.op
-        mixing = windows.reduces_over_inputs(graph, v)
-        per_tile, per_channel, most = 0, 0, 0
-        for tile in _split(geo.out_channels, m):
-            a, b = windows.input_channels(graph, v, i, tile)
-            per_tile += b - a
-            most = max(most, b - a)
-            if mixing:
-                per_channel += b - a
-            else:
-                per_channel += sum(
-                    d - c
-                    for c, d in (
-                        windows.input_channels(graph, v, i, (o, o + 1)) for o in range(*tile)
-                    )
-                )
+        per_tile, most = _tile_sums(_channel_rule(geo, i), m, geo.out_channels)
+        per_channel = per_tile
+        if m > 1 and not windows.reduces_over_inputs(geo.graph, geo.op):
+            per_channel = _channel_reads(geo, i, 1)[1]
         hit = geo.memo[key] = (per_channel, per_tile, most)
     return hit
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from accel_model import Accelerator, make_cost_model
 from accel_model.base import CostModel
-from accel_model.layer import LayerTiling
+from accel_model.layer import LayerTiling, _channel_reads, tile_counts
 from accel_model.lbdf import LBDF
 from accel_model.replay import ReplayError, replay
 from accel_model.schedule import Region, Schedule, ScheduleError, TrafficKey, build_schedule
@@ -32,6 +32,7 @@ from accel_model.schedule_lbdf import (
     lbdf_schedule,
     least_rows,
 )
+from accel_model.windows import input_channels, reduces_over_inputs
 from data.zoo import load_zoo_model
 from fusionplan.ir.graph import Group, Node, OpGraph, Tensor, bits, mask_of
 from tests import numeric_models as nm
@@ -382,6 +383,28 @@ def test_layer_and_epilogue_groups_of_a_zoo_model_replay_exactly(buffer):
         for group, kind in found:
             if scheduled(cm, group):
                 check_layer(graph, cm, group, kind)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_channel_sums_match_the_read_windows(seed):
+    # the layer's closed-form channel sums over output-channel tiles equal the schedule's
+    # windows (accel_model/windows.py), summed tile by tile
+    g = random_dag(seed, max_nodes=10)
+    cm = model(g, 1 << 20, "brr")
+    for v, node in enumerate(g.nodes):
+        geo = cm._geometry(v)
+        c_out = geo.out_channels
+        mixing = reduces_over_inputs(g, v)
+        for i in range(len(node.inputs)):
+            for m in tile_counts(c_out):
+                tiles = [(a, min(a + m, c_out)) for a in range(0, c_out, m)]
+                reads = [input_channels(g, v, i, t) for t in tiles]
+                per_tile = sum(b - a for a, b in reads)
+                ones = [input_channels(g, v, i, (o, o + 1)) for o in range(c_out)]
+                per_channel = per_tile if mixing else sum(b - a for a, b in ones)
+                most = max(b - a for a, b in reads)
+                assert _channel_reads(geo, i, m) == (per_channel, per_tile, most)
 
 
 def test_channel_passes_by_hand():
