@@ -133,6 +133,10 @@ class CostModel(ABC):
         result = self._compute(group)
         if not group or self.accel.single_layer == "paper":
             return result, "scheme", -1
+        if result.valid and group.bit_count() <= 4 and result.dram == self.compulsory(group):
+            # no loop order moves less than io + W, so the scheme's cost stands: this skips
+            # the layer tilings of most ops (an exact search prices every singleton)
+            return result, "scheme", -1
         if group & (group - 1):
             core = self._epilogue_core(group) if result.valid else None
             if core is None:
@@ -151,6 +155,10 @@ class CostModel(ABC):
         if not result.valid or alone < result.dram:
             return self._as_layer(result, tiling, alone), "layer", v
         return result, "scheme", -1
+
+    def compulsory(self, group: Group) -> int:
+        """Bytes every schedule of ``group`` moves: its io and its weights, once each."""
+        return self.b * (self.io_elements(group) + self.weight_elements(group))
 
     def _as_layer(self, result: GroupCost, tiling: LayerTiling, dram: int) -> GroupCost:
         """The group's cost run by a layer's loop order: its DRAM, and (the default profile)

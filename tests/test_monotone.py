@@ -19,7 +19,7 @@ from accel_model.layer import layer_geometry, single_layer_tiling
 from fusionplan.app import api
 from fusionplan.app.cli import cli
 from fusionplan.app.pipeline import PlanRequest, plan_graph
-from fusionplan.ir.graph import mask_of
+from fusionplan.ir.graph import bits, mask_of
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import make_splitter
 from search import FusionProblem, make_search
@@ -82,8 +82,17 @@ def test_a_singleton_costs_at_most_the_layer_alone_and_at_least_io_plus_weights(
             assert cost == (0, 0, True)
             continue
         assert floor <= cost.dram <= b * alone.dram
+        # no loop order moves less than io + W: CostModel._priced skips the tilings of a
+        # group whose scheme cost is already that floor
+        assert floor <= b * alone.dram
         if not cost.valid:
             assert cost.dram == b * alone.dram
+        for w in bits(graph.succ_mask[v]):  # a layer with an epilogue op: the same floor
+            pair = 1 << v | 1 << w
+            if cm._epilogue_core(pair) == v:
+                tiling = cm.epilogue_tiling(pair, v)
+                extra = cm.io_elements(pair) - cm.io_elements(1 << v) + cm.weight_elements(1 << w)
+                assert cm.compulsory(pair) <= b * (tiling.dram + extra)
 
 
 @PROPS
