@@ -22,7 +22,7 @@ from accel_model.registry import COST_MODELS
 from accel_model.rows import input_rows, row_window
 from accel_model.schedule import ScheduleError
 from accel_model.windows import concat_offset
-from fusionplan.ir.graph import Group, bits
+from fusionplan.ir.graph import Group, bits, mask_of
 
 _MIXING, _LOCAL, _BARRIER = ChannelRole.MIXING, ChannelRole.LOCAL, ChannelRole.BARRIER
 
@@ -127,6 +127,11 @@ def _tallest_tile(
     return lo, lo_fp
 
 
+_PassMasks = tuple[Group, Group, Group, Group, list[int]]
+"""One pass of a slice loop (:meth:`SliceLoops.pass_masks`): (its members, the members of
+earlier passes it computes again, readers accumulating over it, concats its slices fill,
+the slice-held inputs it reads)."""
+
 _Line = tuple[int, int, int, int, int, int]
 """(op, or ~tensor for an external input; row elements under parity 0; under parity 1; rows
 in a one-row tile; rows added per sink row; height)."""
@@ -203,6 +208,25 @@ class BRR(CostModel):
             for v in range(n)
         )
         self._tensor_readers = graph.consumer_mask
+        self._tensor_size = tuple(x.size for x in t)
+        self._local_ops = sum(1 << v for v in range(n) if self._role[v] == _LOCAL)
+        self._mixing_ops = sum(1 << v for v in range(n) if self._role[v] == _MIXING)
+        # readers that need all channels of an external input: barriers (unless Optimus's
+        # unbuffered inputs) and overlapping windows (whole_inputs)
+        barriers = sum(1 << v for v in range(n) if self._role[v] == _BARRIER)
+        self._reads_whole = self._overlapping | (0 if unbuffered else barriers)
+        # per tensor: ops that read it as two inputs; held whole anyway (one slice or less)
+        self._reads_twice = tuple(
+            sum(1 << v for v in bits(m) if graph.nodes[v].inputs.count(ti) > 1)
+            for ti, m in enumerate(graph.consumer_mask)
+        )
+        self._whole_tensor = tuple(not pe or min(pe, x.shape[0]) >= x.shape[0] for x in t)
+        # concats along channels, which a slice loop fills slice by slice (SliceLoops)
+        self._concat_fills = sum(
+            1 << v
+            for v, node in enumerate(graph.nodes)
+            if node.kind == "concat" and concat_offset(graph, v, 0) is not None
+        )
         # per op: its inputs as (tensor, producer, C*W, H, slice C*W)
         self._ext_in = tuple(
             tuple(
@@ -435,27 +459,48 @@ class BRR(CostModel):
         pass computed, streaming their weights again, and reads again the slice-held inputs
         an earlier pass read (docs/cost-model.md, "Channel slices")."""
         again = self.slice_rereaders((sliced, sliced), group)[2]
-        external = external_readers(self.graph, group)
-        whole = self.whole_inputs(group, sliced, again, external)
+        loops = SliceLoops(self, group, sliced)
         try:
-            loops = SliceLoops(self, group, sliced, external, whole)
-            passes = [lp for ops in split for lp in loops.split(ops)]
+            passes = [
+                p
+                for ops in split
+                for p in loops.pass_masks(ops, self._held_inputs(group, sliced, again, ops), 0)
+            ]
         except ScheduleError:
             return 0, 0  # no schedule: nothing to count
-        runs: dict[int, int] = {}
-        reads: dict[int, int] = {}
-        for lp in passes:
-            for v in lp.ops | lp.partial:
-                runs[v] = runs.get(v, 0) + 1
-            for t in lp.tensors:
-                reads[t] = reads.get(t, 0) + 1
-        weights, tensors = self.node_weights, self.graph.tensors
-        rerun = sum(weights[v] * (n - 1) for v, n in runs.items())
-        reread = 0
-        for t, n in reads.items():
-            c, h, w = tensors[t].shape
-            reread += c * h * w * (n - 1)
+        # an op run in n passes streams its weights n - 1 more times, a tensor read in n
+        # passes is read n - 1 more times: each pass's sum less the sum over their union
+        weights, sizes = self.node_weights, self._tensor_size
+        ran = rerun = reread = 0
+        read: set[int] = set()
+        for run, recomputed, partial, _, ts in passes:
+            m = run | recomputed | partial
+            ran |= m
+            rerun += sum(weights[v] for v in bits(m))
+            for t in ts:
+                reread += sizes[t]
+                read.add(t)
+        rerun -= sum(weights[v] for v in bits(ran))
+        reread -= sum(sizes[t] for t in read)
         return rerun, reread
+
+    def _held_inputs(
+        self, group: Group, sliced: Group, again: Group, members: Group
+    ) -> list[tuple[int, Group]]:
+        """The external inputs of ``group`` that the ops ``members`` read and that are held
+        a channel slice at a time, each with its in-group readers (:meth:`whole_inputs`)."""
+        ext_in, readers, held, seen = self._ext_in, self._tensor_readers, [], set()
+        x = members
+        while x:
+            low = x & -x
+            x ^= low
+            for ti, p, _, _, _ in ext_in[low.bit_length() - 1]:
+                if (p >= 0 and group >> p & 1) or ti in seen:
+                    continue
+                seen.add(ti)
+                if not self._whole_input(ti, group, sliced, again):
+                    held.append((ti, readers[ti] & group))
+        return held
 
     def slice_rereaders(self, sliced: tuple[Group, Group], group: Group) -> tuple[Group, ...]:
         """``sliced`` plus, per parity, the sliced ops that recompute rows they already made:
@@ -478,21 +523,20 @@ class BRR(CostModel):
         """External tensor -> held with all its channels under the slicing ``sliced`` (its
         recomputing ops ``again``), else one channel slice at a time: the channel rule of
         :meth:`footprints`, per tensor (docs/cost-model.md, "Channel slices")."""
-        role, pe, whole = self._role, self.accel.pe_unroll, {}
-        for t, readers in external.items():
-            # a local reader and another read it at two times
-            w = self._physical and len(readers) > 1 and any(role[v] == _LOCAL for v, _ in readers)
-            for v, _ in readers:
-                w = (
-                    w
-                    or (role[v] == _BARRIER and self._barrier_reads_whole)
-                    or self._overlap_whole[v]
-                    or bool(again >> v & 1)
-                    or (role[v] == _MIXING and bool(sliced >> v & 1))
-                )
-            c = self.graph.tensors[t].shape[0]
-            whole[t] = w or not pe or min(pe, c) >= c
-        return whole
+        return {t: self._whole_input(t, group, sliced, again) for t in external}
+
+    def _whole_input(self, t: int, group: Group, sliced: Group, again: Group) -> bool:
+        """Whether the external input ``t`` of ``group`` is held with all its channels: a
+        local reader and another (or the same op twice) read it at two times, a barrier,
+        an overlapping window, a recomputing op or a sliced mixing op reads it whole, or
+        its channels do not exceed one slice (:meth:`footprints`' rule)."""
+        if self._whole_tensor[t]:
+            return True
+        readers = self._tensor_readers[t] & group
+        if readers & self._reads_whole | readers & (again | sliced & self._mixing_ops):
+            return True
+        two = readers & (readers - 1) or readers & self._reads_twice[t]
+        return bool(self._physical and two and readers & self._local_ops)
 
     def tile_rows(
         self, group: Group, h: int, parity: int = 0
@@ -682,37 +726,23 @@ class SliceLoops:
     """The slice loops of a group under one slicing, each split into passes that run in
     order: the sliced ops joined by edges, plus the external inputs held as a slice and
     their channel-local readers, run one channel slice at a time (docs/cost-model.md,
-    "Schedules and replay"). The schedule builder lays them out; the closed form counts
-    the recomputations of their later passes."""
+    "Schedules and replay"). The schedule builder lays them out (:meth:`loops`); the
+    closed form counts the recomputations of their later passes (:meth:`pass_masks`)."""
 
     def __init__(
         self,
         cm: BRR,
         group: Group,
         sliced: Group,
-        external: dict[int, list[tuple[int, int]]],
-        whole_ext: dict[int, bool],
+        external: dict[int, list[tuple[int, int]]] | None = None,
+        whole_ext: dict[int, bool] | None = None,
     ) -> None:
         self.graph, self.group, self.sliced = cm.graph, group, sliced
-        self.external, self.whole_ext = external, whole_ext
+        self.external, self.whole_ext = external or {}, whole_ext or {}
         self.role, self.pe_unroll, self.shapes = cm._role, cm.accel.pe_unroll, cm._out_shape
-        self.succ = cm.graph.succ_mask
-
-    def in_group(self, v: int) -> bool:
-        return v >= 0 and bool(self.group >> v & 1)
-
-    def split(self, ops: Group) -> list[SlicePass]:
-        """The passes of the slice loop of the sliced ``ops`` (joined by edges), for the
-        closed form's count: under the default profile's channel rule a slice-held input
-        has one reader where a loop op reads it (else it is held whole), so the loop is
-        these ops and the slice-held inputs they read, with no reader accumulating them."""
-        members = set(bits(ops))
-        held = {
-            t
-            for t, readers in self.external.items()
-            if not self.whole_ext[t] and any(v in members for v, _ in readers)
-        }
-        return self._passes(members, held, {}, 0)
+        graph = cm.graph
+        self.succ, self.pred, self.desc = graph.succ_mask, graph.pred_mask, graph.descendant_mask
+        self.fills = cm._concat_fills
 
     def loops(self) -> list[SlicePass]:
         """The slice loops of the group, each split into passes that can run in order."""
@@ -757,7 +787,10 @@ class SliceLoops:
                 raise ScheduleError(
                     "a slice loop mixes channel counts " + ", ".join(map(str, sorted(channels)))
                 )
-            out += self._passes(ops, ts, ext_partial, channels.pop())
+            held = [(t, mask_of(v for v, _ in self.external[t])) for t in sorted(ts)]
+            first = mask_of(v for t in ts for v in ext_partial.get(t, ()))
+            c = channels.pop()
+            out += [self._slice_pass(p, c) for p in self.pass_masks(mask_of(ops), held, first)]
         seen: set[int] = set()
         for lp in out:
             if lp.partial & seen:
@@ -765,93 +798,95 @@ class SliceLoops:
             seen |= lp.partial
         return out
 
-    def _fed(self, members: set[int], fed_by: set[int]) -> tuple[set[int], dict[int, list[int]]]:
-        """Readers outside ``members`` of the sliced ops ``fed_by``: (accumulating readers,
-        concat -> the inputs the slices fill)."""
+    def _slice_pass(self, masks: _PassMasks, channels: int) -> SlicePass:
+        """The :class:`SlicePass` of one pass of :meth:`pass_masks`, with the concats its
+        sliced ops fill (concat -> its input indices, in the order the ops come)."""
         graph, tensors = self.graph, self.graph.tensors
-        partial: set[int] = set()
-        concat: dict[int, list[int]] = {}
-        for v in sorted(fed_by):
-            if not self.sliced >> v & 1:
-                continue  # a whole op reading a slice-held input finishes inside the loop
-            for c in bits(self.succ[v] & self.group):
-                if c in members:
-                    continue
-                if graph.nodes[c].kind == "concat" and concat_offset(graph, c, 0) is not None:
-                    ins = graph.nodes[c].inputs
-                    concat.setdefault(c, []).extend(
-                        i for i, t in enumerate(ins) if tensors[t].producer == v
-                    )
-                else:
-                    partial.add(c)
-        return partial, concat
+        run, again, partial, fills, held = masks
+        lp = SlicePass()
+        lp.ops, lp.recompute = set(bits(run | again)), set(bits(again))
+        lp.partial, lp.tensors, lp.channels = set(bits(partial)), set(held), channels
+        for v in bits(run & self.sliced):
+            for c in bits(self.succ[v] & fills):
+                lp.concat.setdefault(c, []).extend(
+                    i for i, t in enumerate(graph.nodes[c].inputs) if tensors[t].producer == v
+                )
+        return lp
 
-    def _passes(
-        self, members: set[int], ts: set[int], ext_partial: dict[int, set[int]], channels: int
-    ) -> list[SlicePass]:
-        """Split a slice loop into passes: a member that reads (through ops outside the
-        loop) what the loop's readers make runs in a later pass, recomputing the members it
-        reads slice by slice (a squeeze-excite scale applied to a sliced conv's output)."""
-        graph, tensors, group = self.graph, self.graph.tensors, self.group
-        desc, pred = graph.descendant_mask, graph.pred_mask
-        outside = group & ~sum(1 << m for m in members)
-        remaining, earlier = set(members), set()
-        passes: list[SlicePass] = []
+    def pass_masks(
+        self, members: Group, held: list[tuple[int, Group]], first: Group
+    ) -> list[_PassMasks]:
+        """Split the slice loop of the sliced ops ``members`` and the slice-held inputs
+        ``held`` (tensor, its in-group readers) into passes: a member that reads (through
+        ops outside the loop) what the loop's readers make runs in a later pass,
+        recomputing the members it reads slice by slice (a squeeze-excite scale applied to
+        a sliced conv's output). ``first`` are the readers accumulating over the slice-held
+        inputs, which run with the first pass. Bitmask flood fills (the hot path)."""
         if not members:  # only readers accumulating over a slice-held input
-            lp = SlicePass()
-            lp.partial = {v for t in ts for v in ext_partial.get(t, ())}
-            lp.tensors, lp.channels = set(ts), channels
-            return [lp]
+            return [(0, 0, first, 0, [t for t, _ in held])]
+        group, sliced, fills = self.group, self.sliced, self.fills
+        succ, pred, desc = self.succ, self.pred, self.desc
+        outside = group & ~members
+        remaining = members
+        earlier = 0
+        passes: list[_PassMasks] = []
         while remaining:
-            run = set(remaining)
+            run = remaining
             while True:
-                partial, concat = self._fed(members, run)
+                fed = 0  # readers outside the loop of its sliced ops (whole ops finish inside)
+                x = run & sliced
+                while x:
+                    low = x & -x
+                    fed |= succ[low.bit_length() - 1]
+                    x ^= low
+                fed &= outside
+                partial = fed & ~fills
                 if not passes:
-                    partial |= {v for t in ts for v in ext_partial.get(t, ())}
+                    partial |= first
+                made = partial | fed & fills  # accumulators and the concats the slices fill
                 # what runs after this pass: its readers, and every op outside the loop
-                # below one of its members
-                reach = 0
-                for c in partial | set(concat):
-                    reach |= (desc[c] & group) | 1 << c
-                for m in run:
-                    reach |= desc[m] & group
+                # below one of them or one of its members
+                reach = made
+                x = made | run
+                while x:
+                    low = x & -x
+                    reach |= desc[low.bit_length() - 1]
+                    x ^= low
                 reach &= outside
-                bad = {m for m in run if pred[m] & reach}
-                below = 0  # and every member below one of those
-                for m in bad:
-                    below |= desc[m]
-                bad |= {m for m in run if below >> m & 1}
+                bad = below = 0
+                x = run
+                while x:
+                    low = x & -x
+                    v = low.bit_length() - 1
+                    if pred[v] & reach:
+                        bad |= low
+                        below |= desc[v]  # and every member below one of those
+                    x ^= low
+                bad |= run & below
                 if not bad:
                     break
-                run -= bad
+                run &= ~bad
                 if not run:
                     break
             if not run:
-                readers = {v for t in ts for v in ext_partial.get(t, ())}
-                if passes or not readers:
+                if passes or not first:
                     raise ScheduleError("a slice loop reads its own output")
                 # the slice-held inputs' accumulating readers first, the members later
-                lp = SlicePass()
-                lp.partial, lp.tensors, lp.channels = readers, set(ts), channels
-                passes.append(lp)
+                passes.append((0, 0, first, 0, [t for t, _ in held]))
                 continue
-            again: set[int] = set()
-            stack = list(run)
-            while stack:
-                for t in graph.nodes[stack.pop()].inputs:
-                    p = tensors[t].producer
-                    if p in earlier and p not in again:
-                        again.add(p)
-                        stack.append(p)
-            lp = SlicePass()
-            lp.ops, lp.recompute = run | again, again
-            lp.partial, lp.concat, lp.channels = partial, concat, channels
-            lp.tensors = {
-                t for t in ts if any(v in lp.ops or v in partial for v, _ in self.external[t])
-            }
-            passes.append(lp)
+            again = 0  # the members of earlier passes this one reads, computed again
+            x = run
+            while x:
+                low = x & -x
+                x ^= low
+                new = pred[low.bit_length() - 1] & earlier & ~again
+                again |= new
+                x |= new
+            ops = run | again
+            ts = [t for t, readers in held if readers & (ops | partial)]
+            passes.append((run, again, partial, fed & fills, ts))
             earlier |= run
-            remaining -= run
+            remaining &= ~run
         return passes
 
 
