@@ -222,6 +222,8 @@ class BRR(CostModel):
         )
         self._whole_tensor = tuple(not pe or min(pe, x.shape[0]) >= x.shape[0] for x in t)
         # concats along channels, which a slice loop fills slice by slice (SliceLoops)
+        self._split_memo: dict[tuple[Group, Group], tuple[Group, ...]] = {}
+        self._pass_memo: dict[tuple[Group, Group, Group, Group], list | str] = {}
         self._concat_fills = sum(
             1 << v
             for v, node in enumerate(graph.nodes)
@@ -416,20 +418,26 @@ class BRR(CostModel):
         """The sliced ops of each slice loop of ``group`` that needs a later pass (a cheap
         test before :meth:`recompute_traffic`): a loop where a sliced op reads an op that
         keeps all its channels and lies below a sliced op of the loop (joined to it by
-        edges between sliced ops)."""
-        graph = self.graph
-        desc, succ, pred, anc = (
-            graph.descendant_mask,
-            graph.succ_mask,
-            graph.pred_mask,
-            graph.ancestor_mask,
-        )
-        below = 0
-        for s in bits(sliced):
-            below |= desc[s]
+        edges between sliced ops). It depends on the group only through the whole ops below
+        a sliced op: memoised on them."""
+        desc, below, x = self.graph.descendant_mask, 0, sliced
+        while x:
+            low = x & -x
+            below |= desc[low.bit_length() - 1]
+            x ^= low
         below &= group & ~sliced
         if not below:
             return ()
+        key = (sliced, below)
+        hit = self._split_memo.get(key)
+        if hit is None:
+            hit = self._split_memo[key] = self._loops_reading_below(sliced, below)
+        return hit
+
+    def _loops_reading_below(self, sliced: Group, below: Group) -> tuple[Group, ...]:
+        """The loops of :meth:`_split_loops`, given the whole ops ``below`` a sliced op."""
+        graph = self.graph
+        succ, pred, anc = graph.succ_mask, graph.pred_mask, graph.ancestor_mask
         split: list[Group] = []
         loops: list[Group] = []  # the loops flooded so far
         for m in bits(sliced):
@@ -743,6 +751,7 @@ class SliceLoops:
         graph = cm.graph
         self.succ, self.pred, self.desc = graph.succ_mask, graph.pred_mask, graph.descendant_mask
         self.fills = cm._concat_fills
+        self.memo = cm._pass_memo
 
     def loops(self) -> list[SlicePass]:
         """The slice loops of the group, each split into passes that can run in order."""
@@ -821,15 +830,45 @@ class SliceLoops:
         ops outside the loop) what the loop's readers make runs in a later pass,
         recomputing the members it reads slice by slice (a squeeze-excite scale applied to
         a sliced conv's output). ``first`` are the readers accumulating over the slice-held
-        inputs, which run with the first pass. Bitmask flood fills (the hot path)."""
+        inputs, which run with the first pass.
+
+        The split depends on the group only through its ops below the members (what runs
+        after a pass), so it is memoised per (members, their slicing, the group's ops below
+        them, ``first``): the exact search prices many groups that differ elsewhere."""
+        below, x = members, members
+        while x:
+            low = x & -x
+            below |= self.desc[low.bit_length() - 1]
+            x ^= low
+        key = (members, members & self.sliced, self.group & below, first)
+        shape = self.memo.get(key)
+        if shape is None:
+            try:
+                shape = self._split(members, first)
+            except ScheduleError as e:
+                shape = str(e)
+            self.memo[key] = shape
+        if isinstance(shape, str):
+            raise ScheduleError(shape)
+        every = [t for t, _ in held]
+        return [
+            (run, again, partial, made, [t for t, r in held if r & (run | again | partial)])
+            if run
+            else (run, again, partial, made, every)  # accumulating readers: every input
+            for run, again, partial, made in shape
+        ]
+
+    def _split(self, members: Group, first: Group) -> list[tuple[Group, Group, Group, Group]]:
+        """The passes of :meth:`pass_masks` without their inputs: (members, members
+        computed again, accumulating readers, concats filled). Bitmask flood fills."""
         if not members:  # only readers accumulating over a slice-held input
-            return [(0, 0, first, 0, [t for t, _ in held])]
+            return [(0, 0, first, 0)]
         group, sliced, fills = self.group, self.sliced, self.fills
         succ, pred, desc = self.succ, self.pred, self.desc
         outside = group & ~members
         remaining = members
         earlier = 0
-        passes: list[_PassMasks] = []
+        passes: list[tuple[Group, Group, Group, Group]] = []
         while remaining:
             run = remaining
             while True:
@@ -872,7 +911,7 @@ class SliceLoops:
                 if passes or not first:
                     raise ScheduleError("a slice loop reads its own output")
                 # the slice-held inputs' accumulating readers first, the members later
-                passes.append((0, 0, first, 0, [t for t, _ in held]))
+                passes.append((0, 0, first, 0))
                 continue
             again = 0  # the members of earlier passes this one reads, computed again
             x = run
@@ -882,9 +921,7 @@ class SliceLoops:
                 new = pred[low.bit_length() - 1] & earlier & ~again
                 again |= new
                 x |= new
-            ops = run | again
-            ts = [t for t, readers in held if readers & (ops | partial)]
-            passes.append((run, again, partial, fed & fills, ts))
+            passes.append((run, again, partial, fed & fills))
             earlier |= run
             remaining &= ~run
         return passes
