@@ -155,6 +155,25 @@ def _lines_at(lines: list[_Line], h: int) -> tuple[int, int]:
     return f0, f1
 
 
+def _lines_linear(lines: list[_Line]) -> tuple[int, int, int, int, float]:
+    """(base 0, base 1, growth 0, growth 1, h_free): for ``h <= h_free`` no row count of
+    ``lines`` has reached its height in a tile of ``h`` sink rows, so ``_lines_at(lines, h)``
+    is ``(base_p + (h - 1) * growth_p)`` for each parity p, a product instead of a walk."""
+    base0 = base1 = g0 = g1 = 0
+    free = math.inf
+    for _, a0, a1, r, g, cap in lines:
+        n = r if r < cap else cap
+        base0 += a0 * n
+        base1 += a1 * n
+        if g:
+            g0 += a0 * g
+            g1 += a1 * g
+            room = (cap - r) // g + 1  # the tallest tile before this line reaches cap
+            if room < free:
+                free = room
+    return base0, base1, g0, g1, free
+
+
 @COST_MODELS.register("brr")
 class BRR(CostModel):
     name = "brr"
@@ -169,7 +188,10 @@ class BRR(CostModel):
         # the row-count induction needs every kept row count >= 1, i.e. no empty tensor
         self._heights_positive = all(x.shape[1] >= 1 for x in t)
         self._window = tuple(row_window(graph, v) for v in range(n))
-        self._consumers = tuple(tuple(bits(m)) for m in graph.succ_mask)
+        # per op: its consumers, each with its window (K, S)
+        self._reader_windows = tuple(
+            tuple((c, *self._window[c]) for c in bits(m)) for m in graph.succ_mask
+        )
         self._role = tuple(channel_role(graph, v) for v in range(n))
         # channels op v keeps when it holds a slice (all of them when slicing is off)
         self._slice = tuple(
@@ -208,6 +230,7 @@ class BRR(CostModel):
             for v in range(n)
         )
         self._tensor_readers = graph.consumer_mask
+        self._producers = tuple(tuple(bits(m)) for m in graph.pred_mask)
         self._tensor_size = tuple(x.size for x in t)
         self._local_ops = sum(1 << v for v in range(n) if self._role[v] == _LOCAL)
         self._mixing_ops = sum(1 << v for v in range(n) if self._role[v] == _MIXING)
@@ -244,6 +267,24 @@ class BRR(CostModel):
                 for ti in node.inputs
             )
             for node in graph.nodes
+        )
+        # per op, what footprints reads of it: (C_out, W_out, H_out, stored, in-place
+        # inputs, slice channels, reads external inputs whole, mixing, local, K, S, inputs)
+        self._op_terms = tuple(
+            (
+                c,
+                w,
+                h,
+                self._stored[v],
+                self._in_place[v],
+                self._slice[v],
+                (self._role[v] == _BARRIER and not unbuffered) or self._overlap_whole[v],
+                self._role[v] == _MIXING,
+                self._role[v] == _LOCAL,
+                *self._window[v],
+                self._ext_in[v],
+            )
+            for v, (c, h, w) in enumerate(self._out_shape)
         )
         self._fractional_reads = "fractional-weight-reads" in conventions
         # Optimus's networks have no activations: a group led by one is led by its conv
@@ -303,7 +344,7 @@ class BRR(CostModel):
         H_out(L): the backward pass (docs/cost-model.md, "BRR"), flat with ``input_rows``
         inlined (same arithmetic). The last ops keep ``sink_rows`` rows (1: the footprint;
         a tile's height: the rows per tile)."""
-        consumers_of, window, out_hw = self._consumers, self._window, self._out_shape
+        readers_of, out_hw = self._reader_windows, self._out_shape
         ceil = math.ceil
         whole_scales = self._physical  # a tile's row counts grow by whole rows per sink row
         rows: dict[int, int] = {}
@@ -312,10 +353,9 @@ class BRR(CostModel):
         for v in reversed(nodes):
             h_out = out_hw[v][1]
             need, sc, sink = 0, 0.0, True
-            for c in consumers_of[v]:
+            for c, k, s in readers_of[v]:
                 if group >> c & 1:
                     sink = False
-                    k, s = window[c]
                     n = ceil((rows[c] - 1) * s + k - 1e-9)
                     if n > h_out:
                         n = h_out
@@ -339,13 +379,13 @@ class BRR(CostModel):
         depth; a local op with a sliced in-group producer (docs/cost-model.md, "Channel
         slices"). Decided producers first, so it depends only on a node's in-group
         ancestors."""
-        role, ext_in = self._role, self._ext_in
+        role, producers = self._role, self._producers
         depth: dict[int, int] = {}
         even = odd = 0  # sliced under parity 0 (odd depths) and parity 1 (even depths)
         for v in bits(group) if nodes is None else nodes:
             d, from0, from1 = 0, False, False
-            for _, p, _, _, _ in ext_in[v]:
-                if p >= 0 and group >> p & 1:
+            for p in producers[v]:
+                if group >> p & 1:
                     if depth[p] > d:
                         d = depth[p]
                     if even >> p & 1:
@@ -382,13 +422,19 @@ class BRR(CostModel):
         lines: list[_Line] | None = [] if self._physical else None
         (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, sliced, nodes, lines)
         at0 = at1 = None
-        if self._physical:
+        g0 = g1 = 0  # footprint growth per sink row before any row count reaches its height
+        if lines is not None:
             tall: dict[int, tuple[int, int]] = {1: (fp0, fp1)}
+            base0, base1, g0, g1, free = _lines_linear(lines)
 
             def tile_footprints(h: int) -> tuple[int, int]:
                 hit = tall.get(h)
                 if hit is None:
-                    hit = tall[h] = _lines_at(lines, h)
+                    if h <= free:  # no row count has reached its height: linear
+                        hit = (base0 + (h - 1) * g0, base1 + (h - 1) * g1)
+                    else:
+                        hit = _lines_at(lines, h)
+                    tall[h] = hit
                 return hit
 
             def at0(h: int) -> int:
@@ -397,10 +443,6 @@ class BRR(CostModel):
             def at1(h: int) -> int:
                 return tile_footprints(h)[1]
 
-        g0 = g1 = 0  # footprint growth per sink row before any row count reaches its height
-        if lines is not None:
-            g0 = sum(a0 * g for _, a0, _, _, g, _ in lines)
-            g1 = sum(a1 * g for _, _, a1, _, g, _ in lines)
         best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, at0, g0)
         if self._partial:
             other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1, g1)
@@ -520,9 +562,12 @@ class BRR(CostModel):
         s0, s1 = sliced
         desc, overlapping = self.graph.descendant_mask, self._overlapping & group
         again = 0
-        for v in bits((s0 | s1) & group):
-            if desc[v] & overlapping:
-                again |= 1 << v
+        x = (s0 | s1) & group if overlapping else 0
+        while x:
+            low = x & -x
+            x ^= low
+            if desc[low.bit_length() - 1] & overlapping:
+                again |= low
         return s0, s1, s0 & again, s1 & again
 
     def whole_inputs(
@@ -595,28 +640,23 @@ class BRR(CostModel):
         one pass. ``lines`` collects what a taller tile's footprint needs: per stored op and
         external input, its row size under each parity, rows, growth per sink row and
         height (:func:`_lines_at`)."""
-        out_hw, stored, in_place, readers = (
-            self._out_shape,
-            self._stored,
-            self._in_place,
-            self._tensor_readers,
-        )
-        channel_slice, role, window, ext_in = self._slice, self._role, self._window, self._ext_in
-        barrier_whole, overlap_whole = self._barrier_reads_whole, self._overlap_whole
-        physical = self._physical
+        readers, op_terms, physical = self._tensor_readers, self._op_terms, self._physical
         s0, s1 = sliced[0], sliced[1]
         again0, again1 = (sliced[2], sliced[3]) if len(sliced) > 2 else (0, 0)
         ceil = math.ceil
-        # external tensor -> [rows, row elements under parity 0, under parity 1]
-        ext_rows: dict[int, list[int]] = {}
+        # external tensor -> [rows, row elements under parity 0, under parity 1, growth,
+        # height, read by a local op]
+        ext_rows: dict[int, list] = {}
         fp0 = fp1 = 0
         rs0 = rs1 = 0.0
         for v in bits(group) if nodes is None else nodes:
-            c_out, _, w_out = out_hw[v]
+            c_out, w_out, h_out, keeps, in_place, c_slice, whole, mixing, local, k, s, ins = (
+                op_terms[v]
+            )
             bit = 1 << v
-            keeps0 = keeps1 = stored[v]
-            if keeps0:
-                for ti, p in in_place[v]:
+            keeps0 = keeps1 = keeps
+            if keeps:
+                for ti, p in in_place:
                     if p >= 0 and group >> p & 1 and readers[ti] & group == bit:
                         # written over the input it alone reads in the group; a sliced op
                         # only over a sliced producer (a recompute, of its rows or in a later
@@ -625,47 +665,44 @@ class BRR(CostModel):
                             keeps0 = False
                         if not (physical and s1 & bit) or s1 >> p & 1:
                             keeps1 = False
+            need, sc = rows[v], scale[v]
             if keeps0 or keeps1:
-                h, sc = rows[v], scale[v]
                 g = int(sc)
-                h0 = h1 = h
-                if h < g and physical:
-                    h0, h1 = self._reader_rows(v, h, g, group, s0, s1)
-                c0 = (channel_slice[v] if s0 & bit else c_out) if keeps0 else 0
+                h0 = h1 = need
+                if need < g and physical:
+                    h0, h1 = self._reader_rows(v, need, g, group, s0, s1)
+                c0 = (c_slice if s0 & bit else c_out) if keeps0 else 0
                 fp0 += c0 * h0 * w_out
                 rs0 += c0 * sc * w_out
-                c1 = (channel_slice[v] if s1 & bit else c_out) if keeps1 else 0
+                c1 = (c_slice if s1 & bit else c_out) if keeps1 else 0
                 fp1 += c1 * h1 * w_out
                 rs1 += c1 * sc * w_out
                 if lines is not None and h0 == h1:
-                    lines.append((v, c0 * w_out, c1 * w_out, h, g, out_hw[v][1]))
+                    lines.append((v, c0 * w_out, c1 * w_out, need, g, h_out))
                 elif lines is not None:  # a line per parity
-                    lines.append((v, c0 * w_out, 0, h0, g, out_hw[v][1]))
-                    lines.append((v, 0, c1 * w_out, h1, g, out_hw[v][1]))
+                    lines.append((v, c0 * w_out, 0, h0, g, h_out))
+                    lines.append((v, 0, c1 * w_out, h1, g, h_out))
             # a sliced mixing op or a barrier needs all channels of an external input; any
             # other reader takes it a channel slice at a time
-            r = role[v]
-            barrier = (r == _BARRIER and barrier_whole) or overlap_whole[v]
-            whole0 = barrier or (r == _MIXING and s0 & bit) or again0 & bit
-            whole1 = barrier or (r == _MIXING and s1 & bit) or again1 & bit
-            need = rows[v]
-            k, s = window[v]
-            for ti, producer, cw, h_in, slice_cw in ext_in[v]:
+            whole0 = whole or (mixing and s0 & bit) or again0 & bit
+            whole1 = whole or (mixing and s1 & bit) or again1 & bit
+            n_in = grow = -1
+            for ti, producer, cw, h_in, slice_cw in ins:
                 if producer >= 0 and group >> producer & 1:
                     continue
-                n = ceil((need - 1) * s + k - 1e-9)
-                if n > h_in:
-                    n = h_in
+                if grow < 0:
+                    n_in = ceil((need - 1) * s + k - 1e-9)
+                    grow = ceil(sc * s - 1e-9)  # its rows per sink row, at most
+                n = n_in if n_in < h_in else h_in
                 w0 = cw if whole0 else slice_cw
                 w1 = cw if whole1 else slice_cw
-                grow = ceil(scale[v] * s - 1e-9)  # its rows per sink row, at most
                 kept = ext_rows.get(ti)
                 if kept is None:
-                    ext_rows[ti] = [n, w0, w1, grow, h_in, r == _LOCAL]
+                    ext_rows[ti] = [n, w0, w1, grow, h_in, local]
                 else:
                     if n > kept[0]:
                         kept[0] = n
-                    if physical and (r == _LOCAL or kept[5]):
+                    if physical and (local or kept[5]):
                         # a local reader runs with its own slice loop, the other reader at
                         # another time: the slices would be read twice, so keep them all
                         w0 = w1 = cw
