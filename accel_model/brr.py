@@ -561,13 +561,12 @@ class BRR(CostModel):
         footprint stays monotone over down-sets."""
         s0, s1 = sliced
         desc, overlapping = self.graph.descendant_mask, self._overlapping & group
+        if not overlapping:
+            return s0, s1, 0, 0
         again = 0
-        x = (s0 | s1) & group if overlapping else 0
-        while x:
-            low = x & -x
-            x ^= low
-            if desc[low.bit_length() - 1] & overlapping:
-                again |= low
+        for v in bits((s0 | s1) & group):
+            if desc[v] & overlapping:
+                again |= 1 << v
         return s0, s1, s0 & again, s1 & again
 
     def whole_inputs(
