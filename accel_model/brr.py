@@ -612,19 +612,6 @@ class BRR(CostModel):
         ops = {v: min(first[v] + (h - 1) * int(scale[v]), out_hw[v][1]) for v in nodes}
         return ops, {~key: min(r + (h - 1) * g, cap) for key, _, _, r, g, cap in lines if key < 0}
 
-    def _reader_rows(
-        self, v: int, rows: int, grow: int, group: Group, s0: Group, s1: Group
-    ) -> tuple[int, int]:
-        """Rows a one-row tile keeps of op ``v`` under each slicing ``s0``, ``s1``: an op that
-        keeps all its channels and reads a sliced in-group producer accumulates the slice
-        loop's output over every row of its step at once, ``grow`` rows per sink row (more
-        than the ``rows`` its readers' windows span), so it keeps that many."""
-        cap = self._out_shape[v][1]
-        producers, bit = self.graph.pred_mask[v] & group, 1 << v
-        r0 = min(grow, cap) if producers & s0 and not s0 & bit else rows
-        r1 = min(grow, cap) if producers & s1 and not s1 & bit else rows
-        return r0, r1
-
     def footprints(
         self,
         group: Group,
@@ -640,6 +627,7 @@ class BRR(CostModel):
         external input, its row size under each parity, rows, growth per sink row and
         height (:func:`_lines_at`)."""
         readers, op_terms, physical = self._tensor_readers, self._op_terms, self._physical
+        pred = self.graph.pred_mask
         s0, s1 = sliced[0], sliced[1]
         again0, again1 = (sliced[2], sliced[3]) if len(sliced) > 2 else (0, 0)
         ceil = math.ceil
@@ -668,8 +656,15 @@ class BRR(CostModel):
             if keeps0 or keeps1:
                 g = int(sc)
                 h0 = h1 = need
-                if need < g and physical:
-                    h0, h1 = self._reader_rows(v, need, g, group, s0, s1)
+                if need < g and physical and pred[v] & group & (s0 | s1):
+                    # an op that keeps all its channels and reads a sliced in-group producer
+                    # accumulates the slice loop's output over every row of its step at
+                    # once, g rows per sink row (more than its readers' windows span)
+                    grow_rows = g if g < h_out else h_out
+                    if pred[v] & group & s0 and not s0 & bit:
+                        h0 = grow_rows
+                    if pred[v] & group & s1 and not s1 & bit:
+                        h1 = grow_rows
                 c0 = (c_slice if s0 & bit else c_out) if keeps0 else 0
                 fp0 += c0 * h0 * w_out
                 rs0 += c0 * sc * w_out
