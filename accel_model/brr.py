@@ -676,17 +676,17 @@ class BRR(CostModel):
                 elif lines is not None:  # a line per parity
                     lines.append((v, c0 * w_out, 0, h0, g, h_out))
                     lines.append((v, 0, c1 * w_out, h1, g, h_out))
-            # a sliced mixing op or a barrier needs all channels of an external input; any
-            # other reader takes it a channel slice at a time
-            whole0 = whole or (mixing and s0 & bit) or again0 & bit
-            whole1 = whole or (mixing and s1 & bit) or again1 & bit
             n_in = grow = -1
             for ti, producer, cw, h_in, slice_cw in ins:
                 if producer >= 0 and group >> producer & 1:
                     continue
-                if grow < 0:
+                if grow < 0:  # the op's first external input
                     n_in = ceil((need - 1) * s + k - 1e-9)
                     grow = ceil(sc * s - 1e-9)  # its rows per sink row, at most
+                    # a sliced mixing op or a barrier needs all channels of an external
+                    # input; any other reader takes it a channel slice at a time
+                    whole0 = whole or (mixing and s0 & bit) or again0 & bit
+                    whole1 = whole or (mixing and s1 & bit) or again1 & bit
                 n = n_in if n_in < h_in else h_in
                 w0 = cw if whole0 else slice_cw
                 w1 = cw if whole1 else slice_cw
