@@ -62,6 +62,7 @@ class CostModel(ABC):
         self._memo: dict[Group, GroupCost] = {}
         self._layers: dict[int, LayerTiling] = {}  # op -> its loop order alone
         self._epilogues: dict[tuple[int, tuple], LayerTiling] = {}  # (core, room) -> its order
+        self._geometries: dict[int, LayerGeometry] = {}  # op -> its facts and window sums
         # weight elements per op; Optimus-like accelerators do not count depthwise weights
         self.node_weights = tuple(
             0 if not accel.depthwise_weights and is_depthwise(graph, v) else n.weights
@@ -240,9 +241,14 @@ class CostModel(ABC):
         return tuple(sorted(found.values()))
 
     def _geometry(self, v: int) -> LayerGeometry:
-        return layer_geometry(
-            self.graph, v, self.io_elements(1 << v), self.node_weights[v], self.physical_rows
-        )
+        """Op ``v``'s layer facts, built once: the layer and each of its epilogues share the
+        window sums memoised in it (none depends on the epilogue's room)."""
+        hit = self._geometries.get(v)
+        if hit is None:
+            hit = self._geometries[v] = layer_geometry(
+                self.graph, v, self.io_elements(1 << v), self.node_weights[v], self.physical_rows
+            )
+        return hit
 
     def layer_tiling(self, v: int) -> LayerTiling:
         """The cheapest intra-layer loop order of op ``v`` alone at this buffer (under the
