@@ -43,7 +43,7 @@ def test_exact_table(tmp_path):
 
 
 def test_equal_time_table():
-    out = invoke("bench", "equal-time", "resnet18:lbdf:128KB", "--seconds", "0.3").output
+    out = invoke("bench", "equal-time", "resnet18:lbdf:128KB", "--seconds", "1.0").output
     line = next(ln for ln in out.splitlines() if ln.startswith("| resnet18 "))
     cells = [c.strip() for c in line.strip("|").split("|")]
     lns, ls, nsga2 = float(cells[3]), float(cells[4].split()[0]), float(cells[5].split()[0])
