@@ -34,6 +34,8 @@ from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
 from fusionplan.app.bench.optimus import run_optimus_bench
 from fusionplan.app.bench.optimus_oracle import OptimusRunner
 from fusionplan.app.bench.replay_table import replay_table
+from fusionplan.engines import Engine, Job, LocalEngine
+from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.graph import OpGraph
 
 SCHEMES = ("lbdf", "brr")
@@ -52,6 +54,7 @@ class FidelityConfig:
     buffers: tuple[str, ...] = ("64KB", "128KB", "512KB")
     bytes_per_element: tuple[int, ...] = (1, 2)
     optimus: OptimusRunner | None = None  # the ``optimus`` table runs only with a checkout
+    engine: Engine | None = None  # where the per-model tasks run (None: this process)
     optimus_limit_s: float = 60.0  # work per exact search of the optimus table
     optimus_data: Path = Path("bench-out/optimus_oracle.json")  # Optimus's figures, rewritten
 
@@ -82,28 +85,39 @@ def layer_ratios(
     return found
 
 
+def bounds_row(name: str, points: Sequence[tuple[str, int]]) -> Row:
+    """One model's row (an engine task): the default profile's ratios per scheme at every
+    (buffer, bytes) point, and the paper and optimus profiles' cells below their bound."""
+    graph = load_zoo_model(name)
+    row: Row = {"model": name, "layers": len(layers(graph))}
+    for scheme in SCHEMES:
+        row[scheme] = [
+            found for buffer, b in points
+            for found in layer_ratios(graph, buffer, b, scheme, "fusionplan")
+        ]  # fmt: skip
+    for profile, schemes in OTHER_PROFILES:
+        ratios = [
+            r for (buffer, b), scheme in itertools.product(points, schemes)
+            for r, _ in layer_ratios(graph, buffer, b, scheme, profile)
+        ]  # fmt: skip
+        row[profile] = (sum(r < 1 for r in ratios), len(ratios))
+    return row
+
+
 def bounds_rows(config: FidelityConfig, progress: Progress | None = None) -> list[Row]:
-    """Per model: the default profile's ratios per scheme, and the paper and optimus
-    profiles' cells below their bound."""
-    rows = []
-    for i, name in enumerate(config.models):
-        graph = load_zoo_model(name)
-        row: Row = {"model": name, "layers": len(layers(graph))}
-        for scheme in SCHEMES:
-            row[scheme] = [
-                found for buffer, b in config.points()
-                for found in layer_ratios(graph, buffer, b, scheme, "fusionplan")
-            ]  # fmt: skip
-        for profile, schemes in OTHER_PROFILES:
-            ratios = [
-                r for (buffer, b), scheme in itertools.product(config.points(), schemes)
-                for r, _ in layer_ratios(graph, buffer, b, scheme, profile)
-            ]  # fmt: skip
-            row[profile] = (sum(r < 1 for r in ratios), len(ratios))
-        rows.append(row)
-        if progress:
-            progress(i + 1, len(config.models))
-    return rows
+    """Every model's :func:`bounds_row`, one task per model on ``config.engine``, in the
+    config's model order."""
+    rows: dict[int, Row] = {}
+    engine = config.engine or LocalEngine(1)
+    with Job(engine, bounds_row, config.models, shared=config.points()) as job:
+        for outcome in job:
+            if not outcome.ok:
+                name = config.models[outcome.index]
+                raise FusionPlanError(f"bounding {name}'s layers failed: {outcome.error}")
+            rows[outcome.index] = outcome.value
+            if progress:
+                progress(len(rows), len(config.models))
+    return [rows[i] for i in sorted(rows)]
 
 
 def _spread(ratios: Sequence[float]) -> str:

@@ -24,6 +24,8 @@ from data.synthetic import randwire
 from data.zoo import load_zoo_model
 from fusionplan.app.bench import machine_line
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.engines import Engine, Job, LocalEngine
+from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.graph import Group, OpGraph, bits
 from fusionplan.ir.onnx_import import graph_from_proto
 
@@ -41,6 +43,7 @@ class ReplayConfig(Protocol):
 
     models: tuple[str, ...]
     buffers: tuple[str, ...]
+    engine: Engine | None
 
 
 def classify(cm: CostModel, group: Group) -> tuple[str, ...]:
@@ -64,27 +67,46 @@ def classify(cm: CostModel, group: Group) -> tuple[str, ...]:
     return tuple(found) or ("equal",)
 
 
-def zoo_counts(
-    config: ReplayConfig, progress: Progress | None = None
-) -> dict[tuple[str, str, str], Counter]:
-    """Outcome counts per (profile, scheme, buffer) over every group of every zoo plan."""
-    cells = [
+def cells(buffers: Sequence[str]) -> list[tuple[str, str, str]]:
+    """Every (profile, scheme, buffer) the zoo rows cover, in the table's order."""
+    return [
         (profile, scheme, buffer)
         for profile, schemes in PROFILES
         for scheme in schemes
-        for buffer in config.buffers
+        for buffer in buffers
     ]
-    counts: dict[tuple[str, str, str], Counter] = {cell: Counter() for cell in cells}
-    for i, name in enumerate(config.models):
-        graph = load_zoo_model(name)
-        for profile, scheme, buffer in cells:
-            plan = plan_graph(graph, PlanRequest(buffer=buffer, scheme=scheme, profile=profile))
-            found = counts[(profile, scheme, buffer)]
-            for group in plan.groups:
-                found["groups"] += 1
-                found.update(classify(plan.cost_model, group))
-        if progress:
-            progress(i + 1, len(config.models))
+
+
+def model_counts(name: str, buffers: Sequence[str]) -> dict[tuple[str, str, str], Counter]:
+    """Outcome counts per cell over every group of one zoo model's plans (one engine task:
+    the models are independent, and the optimus profile's plans take minutes each)."""
+    graph = load_zoo_model(name)
+    counts: dict[tuple[str, str, str], Counter] = {}
+    for profile, scheme, buffer in cells(buffers):
+        plan = plan_graph(graph, PlanRequest(buffer=buffer, scheme=scheme, profile=profile))
+        found = counts[(profile, scheme, buffer)] = Counter()
+        for group in plan.groups:
+            found["groups"] += 1
+            found.update(classify(plan.cost_model, group))
+    return counts
+
+
+def zoo_counts(
+    config: ReplayConfig, progress: Progress | None = None
+) -> dict[tuple[str, str, str], Counter]:
+    """Outcome counts per (profile, scheme, buffer) over every group of every zoo plan,
+    one task per model on ``config.engine`` (default: this process)."""
+    counts: dict[tuple[str, str, str], Counter] = {c: Counter() for c in cells(config.buffers)}
+    engine = config.engine or LocalEngine(1)
+    with Job(engine, model_counts, config.models, shared=config.buffers) as job:
+        for done, outcome in enumerate(job, 1):
+            if not outcome.ok:
+                name = config.models[outcome.index]
+                raise FusionPlanError(f"replaying {name}'s plans failed: {outcome.error}")
+            for cell, found in outcome.value.items():
+                counts[cell].update(found)
+            if progress:
+                progress(done, len(config.models))
     return counts
 
 

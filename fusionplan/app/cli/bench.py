@@ -657,8 +657,12 @@ def bench_optimus(optimus_dir, optimus_python, exact_limit, report, data, quiet)
               "(without one the table is skipped).")  # fmt: skip
 @click.option("--optimus-python",
               help="Optimus's interpreter; default $FUSIONPLAN_OPTIMUS_PYTHON.")  # fmt: skip
+@engine_options(default_processes=1)
 @click.option("-q", "--quiet", is_flag=True)
-def bench_fidelity(tables, models, buffers, bytes_, report, optimus_dir, optimus_python, quiet):
+def bench_fidelity(
+    tables, models, buffers, bytes_, report, optimus_dir, optimus_python,
+    engine_opts: EngineOptions, quiet,
+):  # fmt: skip
     """How close fusionplan's figures are to schedules that exist: each zoo layer's
     single-layer cost over its I/O lower bound (docs/cost-model.md, "I/O lower bounds"), the
     closed forms against replayed schedules, and Optimus's code pricing the optimus profile."""
@@ -682,7 +686,9 @@ def bench_fidelity(tables, models, buffers, bytes_, report, optimus_dir, optimus
     root = optimus_checkout(optimus_dir) if "optimus" in names else None
     runner = OptimusRunner(root, optimus_python or "") if root else None
     data = Path(report).with_name("optimus_oracle.json")
-    config = FidelityConfig(tuple(chosen), _names(buffers), per_element, runner, optimus_data=data)
+    config = FidelityConfig(
+        tuple(chosen), _names(buffers), per_element, runner, engine_opts.make(), optimus_data=data
+    )
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     with progress_bar("fidelity models", len(chosen), enabled=not quiet) as progress:
         built = run_fidelity(report, names, config, command or "fusionplan bench fidelity",
