@@ -204,7 +204,8 @@ class _Run:
         }
         self.outputs = _group_outputs(graph, group)
         self.resident: set[Cell] = set()
-        self.partial: dict[Cell, dict[int, set[int]]] = {}  # accumulator -> input -> segments
+        # accumulator -> input -> the (row, channel segment) pairs it has still to consume
+        self.partial: dict[Cell, dict[int, set[tuple[int, int]]]] = {}
         self.stored: set[Cell] = set()
         self.used = [0] * len(self.capacity)  # live elements per region
         self.weights_in: set[int] = set()  # ops whose weights fill their region
@@ -225,8 +226,11 @@ class _Run:
         return f"tensor '{name}' row {r} channels {s.ch[ch]}..{s.ch[ch + 1]}{cols}"
 
     # -- the allocator ----------------------------------------------------------------
-    def take(self, ri: int, n: int, what: str, at: str) -> None:
+    def take(self, ri: int, n: int, what: Cell | str, at: str) -> None:
+        """Allocate ``n`` elements in region ``ri`` for ``what`` (a cell, described only if
+        the region overflows: most replays place hundreds of thousands of cells)."""
         if self.used[ri] + n > self.capacity[ri]:
+            what = what if isinstance(what, str) else self.describe(what)
             region = self.schedule.regions[ri]
             owner = (
                 f"weights of '{self.graph.nodes[region.key].name}'"
@@ -247,7 +251,7 @@ class _Run:
         ri = self.region_of.get(c[0])
         if ri is None:
             raise ReplayError(f"{at}: no region holds tensor '{self.graph.tensors[c[0]].name}'")
-        self.take(ri, self.seg[c[0]].size(c), self.describe(c), at)
+        self.take(ri, self.seg[c[0]].size(c), c, at)
         self.resident.add(c)
 
     def free(self, c: Cell) -> None:
@@ -326,15 +330,16 @@ class _Run:
                 continue
             if c not in self.resident:
                 self.place(c, at)
-                self.partial[c] = {}
+                self.partial[c] = self.required(a, c)
             elif c not in self.partial:
                 raise ReplayError(
                     f"{at}: '{node.name}' accumulates into finished {self.describe(c)}"
                 )
-            got = self.partial[c]
+            left = self.partial[c]
             for cell, i in self.plan.reads[idx]:
-                got.setdefault(i, set()).add((cell[1], cell[2]))
-            if all(need <= got.get(i, set()) for i, need in self.required(a, c).items()):
+                if i in left:
+                    left[i].discard((cell[1], cell[2]))
+            if not any(left.values()):
                 del self.partial[c]
 
     def required(self, a: Compute, c: Cell) -> dict[int, set[tuple[int, int]]]:

@@ -114,11 +114,13 @@ class _Coverage:
         lo = self.chans[0]
         n, h, _ = self.seen.shape
         for r in range(h):
+            plane = self.seen[:, r]
+            same = (plane[1:] == plane[:-1]).all(axis=1).tolist()  # channel d+1 equals d
             c = 0
             while c < n:
-                runs = list(_runs(self.seen[c, r].tolist()))
+                runs = list(_runs(plane[c].tolist()))
                 d = c + 1
-                while d < n and np.array_equal(self.seen[d, r], self.seen[c, r]):
+                while d < n and same[d - 1]:
                     d += 1
                 for cols in runs:
                     yield r, (lo + c, lo + d), cols
