@@ -278,13 +278,11 @@ def down_up_join() -> OpGraph:
     return OpGraph.build("down_up", nodes, t, [0], [e])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lags add without rescaling across strides: mid's 1-row lag at 8 rows is 2 rows "
-    "of 'a' after the x2 resize, so the add reads 'a' row o when the down conv has read row "
-    "o + 2: 3 rows needed, the ring allots max(1 + 1, 2 + 1) - d(c0) 1 = 2",
-)
 def test_lbdf_upsampling_join_needs_rescaled_delays():
+    # on a clock of 16 ticks per pass (a row of x, a, d: 1 tick; of b, c: 2): d(c0) = 1,
+    # down 1 (its row o reads a row 2o), mid 1 + one row of b = 3, up 3 (row o reads c row
+    # o // 2), the add fires row o at tick 3 + o; a's row o + 2 is made by then (tick 3 + o)
+    # and the add still reads row o: 3 rows (the old per-row lags counted 2)
     g = down_up_join()
     cm = model(g, 1 << 20, "lbdf")
     a = g.nodes[0].outputs[0]
