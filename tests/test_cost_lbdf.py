@@ -299,12 +299,13 @@ def test_activation_matmul_alone_rereads_its_second_operand() -> None:
     # The same q.k matmul alone at 40 B: window of one output row = out 2 * 4 + all 4 rows of
     # q and k (6 * 4 each) = 56, too big; a strip of output columns still reads every column
     # of q and k (a matmul contracts whole rows), so no strip fits either, and streaming one
-    # output row over q and k held whole (56) neither. What is left is the streaming
-    # convention with no schedule (``direct``): q read once, k re-read for each of the 4
-    # output rows: io 24 + 24 + 32 = 80, + 3 * 24 = 152.
+    # output row over q and k held whole (56) neither. What is left is ``direct``: each of
+    # the 32 output elements reads what a whole-input op's window is, all of q and k
+    # (24 + 24), one row of one channel at a time (3 + 3, + the element: 7 held):
+    # 32 * 48 + the output 32 = 1568.
     graph = attention_scores()
     model = make_cost_model(graph, Accelerator(40, "lbdf"))
-    assert model.layer_tiling(2)[:3] == ("direct", 4, 152)
+    assert model.layer_tiling(2)[:4] == ("direct", 32, 1568, 7)
     # LBDF itself holds one row of q (both from outside: q is read as late as it is
     # needed), all of k and one row of s (6 + 24 + 8 = 38 < 40): it fits, io only
     assert model.cost(mask_of((2,))) == (38, 80, True)
