@@ -19,8 +19,10 @@ order moves the layer's io and weights at least once; they differ in what they r
 * ``streaming``: one output channel at a time, the partial sums of a band of its rows on
   chip, the input of its group streamed through (each element scattered into the sums it
   feeds): the input is re-read once per output channel;
-* ``direct``: one output element at a time, its inputs and weights read for each MAC (the
-  last resort, needing no buffer: the MAC's operands sit in PE registers).
+* ``direct``: one output element at a time, its weights streamed and its window read one
+  input row (of one input channel, for an op that reduces over them) at a time and folded
+  into it: the last resort, holding one output element and one row segment of its window
+  (the tools' profiles keep their charge: every MAC's two operands read, no buffer).
 
 The fit tests count the unclipped window of a block; once they have chosen the block, the
 default profile counts its DRAM and what it holds from the read windows its schedule uses
@@ -578,9 +580,9 @@ def _streaming(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
 
 def _streaming_weightless(geo: LayerGeometry, b: int, beta: int) -> LayerTiling | None:
     """A weightless op, one output row at a time (of one channel if it is channel-local)
-    over a rolling window of its input rows: every input read once. The tools' conventions
-    charge a second pass over what a whole-input op reads in full (no fit test); so does the
-    default profile when even one row's window does not fit (as ``direct``: no schedule)."""
+    over a rolling window of its input rows: every input read once, if that fits (else
+    None: ``direct`` runs it). The tools' conventions charge a second pass over what a
+    whole-input op reads in full (no fit test)."""
     reads = geo.whole_rereads if geo.whole else 0
     fallback = LayerTiling("streaming", 1 + reads, geo.io + geo.whole * reads)
     if not geo.physical:
@@ -597,32 +599,49 @@ def _streaming_weightless(geo: LayerGeometry, b: int, beta: int) -> LayerTiling 
     width = geo.out_width
     held_all = chunk * width + _per_tensor(geo, held)
     if not _fits(held_all + room(geo, chunk, 1, width), b, beta):
-        return fallback._replace(order="direct")
+        return None  # ``direct`` runs it one output element at a time
     held_all += room(geo, chunk, 1, width, True)
     return LayerTiling("streaming", 1, geo.io + extra, held_all, 1, width, chunk)
 
 
-def _direct(geo: LayerGeometry) -> LayerTiling:
-    """Each output element alone, its inputs and weights read for every MAC: at most the
-    weights of its channel, twice (inputs and weights), per output element."""
+def _direct(geo: LayerGeometry) -> LayerTiling | None:
+    """Each output element alone, output channel by output channel (docs/cost-model.md,
+    "Single-layer cost"): its weights streamed, its window read one input row (of one input
+    channel, for an op that reduces over them) at a time and folded into it; each channel's
+    pass reads the cells no window reaches. It moves what output tiles of one channel and
+    one position move, and holds the element, one row segment per input and the epilogue's
+    room. The tools' profiles charge each MAC's operands instead (no buffer, weighted ops)."""
     outputs = geo.out_channels * geo.out_height * geo.out_width
-    per_output = math.ceil(geo.weights / geo.out_channels)
-    return LayerTiling("direct", outputs, geo.io + 2 * per_output * outputs)
+    if not geo.physical:
+        if not geo.weights:
+            return None
+        per_output = math.ceil(geo.weights / geo.out_channels)
+        return LayerTiling("direct", outputs, geo.io + 2 * per_output * outputs)
+    reads, _ = _tiles_exact(geo, 1, 1, 1)
+    positions = geo.out_height * geo.out_width
+    dram = geo.io - geo.inputs + geo.weights * positions + reads
+    one_channel = windows.reduces_over_inputs(geo.graph, geo.op)
+    segments = []
+    for i in range(len(geo.in_shapes)):
+        channels = _channel_reads(geo, i, 1)[2]
+        segments.append(min(channels, 1 if one_channel else channels) * _windows(geo, i, 1, 1).most)
+    held = 1 + _per_tensor(geo, segments) + room(geo, 1, 1, 1, True)
+    return LayerTiling("direct", outputs, dram, held, 1, 1, 1)
 
 
 def loop_orders(geo: LayerGeometry, b: int, beta: int) -> list[LayerTiling]:
     """Every loop order the buffer allows for the layer, in the tie-break order (row bands,
-    channel passes, output tiles, streaming, direct); a weightless op always streams (or, where
-    its window does not fit, is charged the streaming convention as ``direct``), an op with
-    weights can always run direct."""
+    channel passes, output tiles, streaming, direct). ``direct`` is always listed, as the
+    last resort: where even it holds ``beta`` or more, no schedule runs the layer at this
+    buffer (the cost then reports that buffer). Under the tools' profiles a weightless op
+    always streams and an op with weights can always run direct."""
     options = [
         _row_bands(geo, b, beta),
         _channel_passes(geo, b, beta),
         _output_tiles(geo, b, beta),
         _streaming(geo, b, beta),
+        _direct(geo),
     ]
-    if geo.weights:
-        options.append(_direct(geo))
     return [o for o in options if o is not None]
 
 

@@ -6,11 +6,15 @@ writes: the rows its readers' windows span between the newest row produced and t
 row the slowest reader still needs (the row pipeline of ``accel_model/schedule_lbdf.py``,
 which fires each op as soon as its window is complete). The paper's and Optimus's profiles
 keep the paper's count: a ``K_h``-row line buffer per op and input plus, at a join, skip
-rows for the faster input. Delays are counted in rows without rescaling across strides:
-each lag is added in the consumer's input rows.
+rows for the faster input. The default profile counts delays on one clock for the whole
+graph (``lbdf_clock``), in which a row of each tensor lasts in proportion to its rate, so a
+lag before a stride or an upsampling is worth what it is in the rows read after it; the
+paper's profile adds plain row counts (``lbdf_lag``).
 """
 
 from __future__ import annotations
+
+import math
 
 from accel_model.base import CostModel, GroupCost
 from accel_model.registry import COST_MODELS
@@ -76,17 +80,57 @@ def lbdf_window_rows(graph: OpGraph, v: int, i: int) -> int:
     return max(max(hi - lo for lo, hi in spans), 1)
 
 
-def lbdf_stream_lag(graph: OpGraph, v: int) -> int:
-    """Rows op ``v``'s first output row waits after its streamed inputs' first rows: the
-    last row its first firing reads (``floor(K_h/2)`` for a conv or pool padded by
-    ``floor(K_h/2)``, more for an unpadded one); ``H_in`` for a reduction; 0 for an op that
-    reads an input whole, whose wait is that input's last row (counted with its delay)."""
-    node = graph.nodes[v]
-    if lbdf_reduces(graph, v):
-        return lbdf_lag(graph, v)
-    if node.whole_input:
-        return 0
-    return max((lbdf_read_rows(graph, v, i, 0)[1] - 1 for i in range(len(node.inputs))), default=0)
+def lbdf_clock(graph: OpGraph) -> int:
+    """Ticks of the default profile's clock per pass over the graph's rows: the least common
+    multiple of every tensor's height, so each tensor's row lasts a whole number of ticks."""
+    return math.lcm(*(max(t.shape[1], 1) for t in graph.tensors))
+
+
+def lbdf_row_ticks(graph: OpGraph, clock: int, t: int) -> int:
+    """Ticks between two rows of tensor ``t``: its producer makes one per firing (a
+    reduction's accumulators, and an input from outside, count its own height)."""
+    p = graph.tensors[t].producer
+    if p >= 0 and not lbdf_reduces(graph, p):
+        return clock // lbdf_firings(graph, p)
+    return clock // max(graph.tensors[t].shape[1], 1)
+
+
+class RingReader:
+    """How one streamed input of one op fills its tensor's ring: firing ``f`` comes
+    ``f * fire`` ticks after the op's first, reads rows from ``lo_f`` on, and by then every
+    row of the tensor made up to that tick is there (docs/cost-model.md, "LBDF")."""
+
+    __slots__ = ("firings", "memo", "tick", "top")
+
+    def __init__(self, firings: tuple[tuple[int, int], ...], tick: int, height: int) -> None:
+        self.firings, self.tick, self.top = firings, tick, height - 1
+        self.memo: dict[int, int] = {}
+
+    def rows(self, lead: int) -> int:
+        """Rows the ring holds for this reader when the tensor's first row is made ``lead``
+        ticks before the reader's first firing: the most, over firings, of the rows made by
+        then from the oldest the firing reads. Non-decreasing in ``lead``."""
+        held = self.memo.get(lead)
+        if held is None:
+            tick, top = self.tick, self.top
+            held = max(min((lead + at) // tick, top) + 1 - lo for at, lo in self.firings)
+            self.memo[lead] = held
+        return held
+
+
+def lbdf_read_timing(graph: OpGraph, clock: int, v: int, i: int) -> tuple[int, RingReader]:
+    """(offset, reader) of op ``v``'s streamed ``i``-th input on the default clock: the
+    offset is the least number of ticks by which v's first firing must follow the input's
+    first row so that each firing ``f``, ``f`` firing periods later, finds its last row made
+    (the input's row ``r`` is made ``r`` row periods after its first)."""
+    t = graph.nodes[v].inputs[i]
+    tick = lbdf_row_ticks(graph, clock, t)
+    fire = clock // lbdf_firings(graph, v)
+    spans = [lbdf_read_rows(graph, v, i, f) for f in range(lbdf_firings(graph, v))]
+    read = [(f * fire, lo, hi) for f, (lo, hi) in enumerate(spans) if hi > lo]
+    offset = max(((hi - 1) * tick - at for at, _, hi in read), default=0)
+    height = max(graph.tensors[t].shape[1], 1)
+    return max(offset, 0), RingReader(tuple((at, lo) for at, lo, _ in read), tick, height)
 
 
 @COST_MODELS.register("lbdf")
@@ -101,11 +145,13 @@ class LBDF(CostModel):
             self._paper_setup(graph)
 
     def _ring_setup(self, graph: OpGraph) -> None:
-        """Per node: (weight elements, lag, (producer, rows added when read whole) per input
-        made by an op, (tensor, window rows) per input, (tensor, consumers, rows it holds as
-        a sink) per output); per tensor its row elements, height and producer
-        (docs/cost-model.md, "LBDF")."""
+        """Per node: (weight elements, lag, ticks from its first firing to its first output
+        row, (producer, ticks added when read whole) per input made by an op, (tensor,
+        window rows, offset, reader) per input, (tensor, consumers, rows it holds as a sink)
+        per output), in ticks of ``lbdf_clock``; per tensor its row elements, height and
+        producer (docs/cost-model.md, "LBDF")."""
         t = graph.tensors
+        clock = lbdf_clock(graph)
         self._row = tuple(s.shape[0] * s.shape[2] for s in t)
         self._height = tuple(max(s.shape[1], 1) for s in t)
         self._producer = tuple(s.producer for s in t)
@@ -117,18 +163,29 @@ class LBDF(CostModel):
         terms = []
         for v, n in enumerate(graph.nodes):
             window = [lbdf_window_rows(graph, v, i) for i in range(len(n.inputs))]
-            # an input read whole is complete its height after its producer's first row
+            # an input read whole is complete a pass over its rows after its first row
             waits = tuple(
-                (t[ti].producer, self._height[ti] if k == WHOLE else 0)
+                (
+                    t[ti].producer,
+                    self._height[ti] * lbdf_row_ticks(graph, clock, ti) if k == WHOLE else 0,
+                )
                 for ti, k in zip(n.inputs, window, strict=True)
                 if t[ti].producer >= 0
             )
+            reads = []
+            for i, (ti, k) in enumerate(zip(n.inputs, window, strict=True)):
+                if k == WHOLE:
+                    reads.append((ti, WHOLE, 0, None))
+                else:
+                    reads.append((ti, k, *lbdf_read_timing(graph, clock, v, i)))
+            lag = max((offset for _, k, offset, _ in reads if k != WHOLE), default=0)
+            # a reduction's output rows are complete after its last pass
+            done = clock if lbdf_reduces(graph, v) else 0
             outs = tuple(
                 (ti, consumers[ti], self._height[ti] if ti in self._accumulated else 1)
                 for ti in n.outputs
             )
-            reads = tuple(zip(n.inputs, window, strict=True))
-            terms.append((self.node_weights[v], lbdf_stream_lag(graph, v), waits, reads, outs))
+            terms.append((self.node_weights[v], lag, done, waits, tuple(reads), outs))
         self._ring_terms = tuple(terms)
 
     def _paper_setup(self, graph: OpGraph) -> None:
@@ -156,7 +213,8 @@ class LBDF(CostModel):
 
     def monotone_over_downsets(self) -> bool:
         # default: a node's delay depends on its in-group producers only, and every ring is
-        # a max over readers (a min for an input's arrival); paper: per-node terms
+        # a max over readers of a non-decreasing function of the reader's lead over the
+        # tensor's arrival (a min over readers for an input from outside); paper: per-node terms
         return True
 
     def buffer_floor(self, nodes: Group) -> int:
@@ -167,8 +225,8 @@ class LBDF(CostModel):
         # and a row (a reduction: every row) of each output
         rows: dict[int, int] = {}
         for v in bits(nodes):
-            _, _, _, reads, outs = self._ring_terms[v]
-            for ti, k in reads:
+            _, _, _, _, reads, outs = self._ring_terms[v]
+            for ti, k, _, _ in reads:
                 h = self._height[ti]
                 rows[ti] = max(rows.get(ti, 0), h if k == WHOLE else min(k, h))
             for ti, _, sink in outs:
@@ -185,14 +243,14 @@ class LBDF(CostModel):
     def _rings(self, group: Group) -> tuple[int, list[tuple[int, int, int]]]:
         """(weight elements, (tensor, window rows, rows held) per ring) of ``group``.
         Written flat: the exact search's hot path."""
-        delay: dict[int, int] = {}
-        # streamed tensor -> [max over readers of start + window, min start, max window]
-        spans: dict[int, list[int]] = {}
+        delay: dict[int, int] = {}  # d(v): the tick of v's first output row
+        # streamed tensor -> (first firing of the reader, offset, window rows, reader)
+        spans: dict[int, list[tuple[int, int, int, RingReader]]] = {}
         whole: set[int] = set()
         rings: list[tuple[int, int, int]] = []
         weights = 0
         for v in bits(group):
-            weight, lag, waits, reads, outs = self._ring_terms[v]
+            weight, lag, done, waits, reads, outs = self._ring_terms[v]
             weights += weight
             start = 0
             for p, extra in waits:
@@ -200,38 +258,42 @@ class LBDF(CostModel):
                     d = delay[p] + extra
                     if d > start:
                         start = d
-            for ti, k in reads:
+            first = start + lag
+            for ti, k, offset, reader in reads:
                 if k == WHOLE:
                     whole.add(ti)
                     continue
                 span = spans.get(ti)
                 if span is None:
-                    spans[ti] = [start + k, start, k]
-                    continue
-                if start + k > span[0]:
-                    span[0] = start + k
-                if start < span[1]:
-                    span[1] = start
-                if k > span[2]:
-                    span[2] = k
-            delay[v] = start + lag
+                    spans[ti] = [(first, offset, k, reader)]
+                else:
+                    span.append((first, offset, k, reader))
+            delay[v] = first + done
             for ti, readers, sink in outs:
                 if not readers & group:
                     rings.append((ti, sink, sink))
         height, producer, accumulated = self._height, self._producer, self._accumulated
         for ti in whole:
             rings.append((ti, height[ti], height[ti]))
-        for ti, (reach, arrive, k) in spans.items():
+        for ti, span in spans.items():
             if whole and ti in whole:
                 continue
-            h, p = height[ti], producer[ti]
+            p = producer[ti]
             if p >= 0 and group >> p & 1:
                 if ti in accumulated:
-                    rings.append((ti, h, h))
+                    rings.append((ti, height[ti], height[ti]))
                     continue
                 arrive = delay[p]
-            held = reach - arrive
-            rings.append((ti, k, held if held < h else h))
+            else:  # read from outside no earlier than its first reader needs it
+                arrive = min(first - offset for first, offset, _, _ in span)
+            held = k = 0
+            for first, _, window, reader in span:
+                n = reader.rows(first - arrive)
+                if n > held:
+                    held = n
+                if window > k:
+                    k = window
+            rings.append((ti, k, held))
         return weights, rings
 
     def buffer_terms(self, group: Group) -> tuple[int, int, int]:

@@ -21,6 +21,9 @@ read windows (accel_model/windows.py):
   the input rows of its group stream through one channel and one row at a time (a partial
   pass over that row), each with the weights of its (output, input) channel pair staged. A
   weightless op: one output row at a time, of one channel if the op is channel-local.
+* **direct**: one output element at a time, output channel by output channel; its weights
+  streamed, its window read one input row (of one input channel, for an op that reduces
+  over them) at a time, each segment folded into the element as a partial pass.
 
 Every order ends a pass by reading what no window of that pass reached (stride gaps, rows
 below the last window), as the closed forms count whole tensors. Streamed weights take no
@@ -208,9 +211,15 @@ class _Layer:
             "channel-passes": self.channel_passes,
             "output-tiles": self.output_tiles,
             "streaming": self.streaming if self.weights else self.streaming_weightless,
+            "direct": self.direct,
         }
         if order not in layouts:
             raise ScheduleError(f"no schedule for the {order} loop order")
+        if self.cm.b * self.t.held >= self.cm.beta:
+            raise ScheduleError(
+                f"'{self.node.name}' holds {self.t.held} elements even one output element at "
+                "a time: no loop order runs it in this buffer"
+            )
         layouts[order]()
         if self.epilogue is not None:
             self.epilogue.load_weights()
@@ -385,6 +394,46 @@ class _Layer:
                 self.finish_block((r, r + 1), chans, (0, self.w_out))
             self.close((0, self.h_out))
         self.fill(cover)
+
+    def direct(self) -> None:
+        """One output element at a time, each of its window's input rows (of one input
+        channel, for an op that reduces over them) read and folded into it."""
+        graph, v, tensors = self.graph, self.v, self.graph.tensors
+        one_channel = reduces_over_inputs(graph, v)
+        for co in range(self.c_out):
+            chans = (co, co + 1)
+            reads = {t: input_channels(graph, v, i, chans) for i, t in self.inputs()}
+            cover = {t: _Coverage(tensors[t].shape, reads[t]) for _, t in self.inputs()}
+            for r in range(self.h_out):
+                for k in range(self.w_out):
+                    out_cols = self.cols_of((k, k + 1))
+                    self.read_weights(chans)
+                    spans = [
+                        (t, input_rows(graph, v, i, (r, r + 1)), input_cols(graph, v, i, out_cols))
+                        for i, t in self.inputs()
+                    ]
+                    rows = sorted({j for _, rr, _ in spans for j in range(*rr)})
+                    split = sorted({c for a, b in reads.values() for c in range(a, b)})
+                    for ci in split if one_channel else [None]:
+                        for j in rows:
+                            read = False
+                            for t, rr, kk in spans:
+                                ch = reads[t] if ci is None else (ci, ci + 1)
+                                if rr[0] <= j < rr[1] and reads[t][0] <= ch[0] < reads[t][1]:
+                                    self.read(t, (j, j + 1), ch, kk)
+                                    cover[t].mark((j, j + 1), ch, kk)
+                                    read = True
+                            if read:
+                                part = None if ci is None else (ci, ci + 1)
+                                self.actions.append(
+                                    Compute(
+                                        v, (r, r + 1), chans, part, out_cols, in_rows=(j, j + 1)
+                                    )
+                                )
+                    self.finish_block((r, r + 1), chans, (k, k + 1))
+                if r == self.h_out - 1:  # the channel's pass reads what no window reached
+                    self.fill(cover)
+                self.close((r, r + 1))
 
 
 def _fed_rows(graph: OpGraph, v: int, i: int, rows: Range) -> dict[int, Range]:

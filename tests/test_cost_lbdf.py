@@ -219,17 +219,21 @@ def test_strided_terms(case) -> None:
 
 
 # ----------------------------------------------------------------- strided residual
-def test_lags_are_added_without_rescaling_across_strides() -> None:
+def test_lags_are_rescaled_across_strides() -> None:
     # strided_residual: 0 stem relu (4,8,8) row 32, 1 conv_s 3x3/2 -> (4,4,4) row 16,
     # 2 conv 3x3, 3 pool (kernel 1, stride 2: not windowed) -> (4,4,4), 4 add(conv, pool).
-    # Delays: stem 0, conv_s 0 + 1 = 1, conv 1 + 1 = 2 (not rescaled by the stride), pool 0;
-    # the add starts at 2: pool.out holds 2 + 1 - 0 = 3 rows, 1 of window, 2 of skip
-    # (2 * W 4 * C 4 = 32; the pipeline needs only 1: conv_s's window keeps the rows the
-    # pool reads, so the pool could run late; this formula does not see that).
-    # line: x 1*32 + stem.out max(conv_s 0 + 3, pool 0 + 1) = 3 rows * W 8 * C 4 = 96
+    # On a clock of 8 ticks per pass (a row of an 8-row tensor lasts 1, of a 4-row one 2):
+    # stem 0; conv_s's row o (tick 2o after its first) reads stem rows up to 2o + 1: d 1;
+    # conv's row o reads conv_s row o + 1 (made at 1 + 2(o + 1)): d 1 + 2 = 3 (one row of
+    # conv_s.out is 2 ticks; the old plain row counts gave 2); pool's row o reads stem row
+    # 2o: d 0. The add fires row o at tick 3 + 2o, when pool rows up to o + 1 are made and
+    # it reads row o: pool.out holds 2 rows, 1 of window, 1 of skip (W 4 * C 4 = 16; the
+    # pipeline needs only 1: conv_s's window keeps the rows the pool reads, so the pool
+    # could run late; this formula does not see that).
+    # line: x 1*32 + stem.out max(conv_s 3, pool 1) = 3 rows * W 8 * C 4 = 96
     # + conv_s.out 3*16 = 48 + conv.out 16 + pool.out 16 + y 16 = 224; weights 296;
     # io x 256 + y 64 = 320
-    check(lbdf(strided_residual), range(5), 296, 224, 32, 320, 296 + 224 + 32, 320 + 296)
+    check(lbdf(strided_residual), range(5), 296, 224, 16, 320, 296 + 224 + 16, 320 + 296)
 
 
 # ---------------------------------------------------------------------- upsampling
@@ -295,12 +299,13 @@ def test_activation_matmul_alone_rereads_its_second_operand() -> None:
     # The same q.k matmul alone at 40 B: window of one output row = out 2 * 4 + all 4 rows of
     # q and k (6 * 4 each) = 56, too big; a strip of output columns still reads every column
     # of q and k (a matmul contracts whole rows), so no strip fits either, and streaming one
-    # output row over q and k held whole (56) neither. What is left is the streaming
-    # convention with no schedule (``direct``): q read once, k re-read for each of the 4
-    # output rows: io 24 + 24 + 32 = 80, + 3 * 24 = 152.
+    # output row over q and k held whole (56) neither. What is left is ``direct``: each of
+    # the 32 output elements reads what a whole-input op's window is, all of q and k
+    # (24 + 24), one row of one channel at a time (3 + 3, + the element: 7 held):
+    # 32 * 48 + the output 32 = 1568.
     graph = attention_scores()
     model = make_cost_model(graph, Accelerator(40, "lbdf"))
-    assert model.layer_tiling(2)[:3] == ("direct", 4, 152)
+    assert model.layer_tiling(2)[:4] == ("direct", 32, 1568, 7)
     # LBDF itself holds one row of q (both from outside: q is read as late as it is
     # needed), all of k and one row of s (6 + 24 + 8 = 38 < 40): it fits, io only
     assert model.cost(mask_of((2,))) == (38, 80, True)
