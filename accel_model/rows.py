@@ -94,6 +94,16 @@ def row_window(graph: OpGraph, v: int) -> tuple[float, float]:
     return max(1.0, s), s  # an op that merges rows (S > 1) reads S of them per output row
 
 
+def row_shift(graph: OpGraph, v: int) -> float:
+    """Where op ``v``'s window of output row 0 starts, in input rows: minus the top pad of a
+    conv or pool, else 0. Readers of one tensor whose windows start at other rows need the
+    union of their windows, not the larger one (BRR, docs/cost-model.md)."""
+    node = graph.nodes[v]
+    if node.kind in ("conv", "pool") and node.op_type != "ConvTranspose" and not node.whole_input:
+        return -float(node.pads[0])
+    return 0.0
+
+
 def input_rows(k: float, s: float, h_out_rows: int, h_cap: int) -> int:
     """Input rows needed for ``h_out_rows`` output rows, capped at the input's height."""
     return min(math.ceil((h_out_rows - 1) * s + k - 1e-9), h_cap)

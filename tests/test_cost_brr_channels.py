@@ -57,8 +57,8 @@ def test_channel_slices_both_parities_by_hand():
     # row step 32 + 32 + 16 = 80 (the old rule gave x a 2-channel slice here: 80, 288 in all)
     sliced = cm.sliced_ops(WHOLE)
     assert sliced == (mask_of((0, 1)), mask_of((2,)))
-    rows, scale, _ = cm._rows(WHOLE, [0, 1, 2])
-    assert cm.footprints(WHOLE, rows, scale, sliced) == ((320, 96), (368, 80))
+    rows, scale, _, top = cm._rows(WHOLE, [0, 1, 2])
+    assert cm.footprints(WHOLE, rows, scale, top, sliced) == ((320, 96), (368, 80))
     # with room for everything (one tile each) the smaller footprint wins: parity 0
     assert footprint(cm) == (320, 96, 0)
     assert len(g) == 3
@@ -70,8 +70,8 @@ def test_channel_slices_both_parities_by_hand():
     pair = mask_of((1, 2))
     sliced = cm.sliced_ops(pair)
     assert sliced == (mask_of((2,)), 0)
-    rows, scale, _ = cm._rows(pair, [1, 2])
-    assert cm.footprints(pair, rows, scale, sliced) == ((160, 48), (208, 96))
+    rows, scale, _, top = cm._rows(pair, [1, 2])
+    assert cm.footprints(pair, rows, scale, top, sliced) == ((160, 48), (208, 96))
 
 
 def test_the_parity_with_fewer_tiles_wins():
@@ -111,8 +111,8 @@ def test_slices_and_in_place_together():
     # parity 1: conv1 4*8*3 + conv2 2*8*1 + x 160 = 96 + 16 + 160 = 272, row step 32 + 16 = 48
     # (the old rule gave parity 1 a 2-channel slice of x: 96 + 16 + 80 = 192)
     cm = chain(pe_unroll=2)
-    rows, scale, _ = cm._rows(WHOLE, [0, 1, 2])
-    assert cm.footprints(WHOLE, rows, scale, cm.sliced_ops(WHOLE)) == ((272, 80), (272, 48))
+    rows, scale, _, top = cm._rows(WHOLE, [0, 1, 2])
+    assert cm.footprints(WHOLE, rows, scale, top, cm.sliced_ops(WHOLE)) == ((272, 80), (272, 48))
     # one tile each, same footprint: the tie keeps parity 0
     assert footprint(cm) == (272, 80, 0)
 
