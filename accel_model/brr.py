@@ -187,7 +187,7 @@ class BRR(CostModel):
         pe = accel.pe_unroll
         # the row-count induction needs every kept row count >= 1, i.e. no empty tensor
         self._heights_positive = all(x.shape[1] >= 1 for x in t)
-        self._window = tuple(row_window(graph, v) for v in range(n))
+        self._window = tuple(row_window(graph, v, self.physical_rows) for v in range(n))
         # where each op's window of its output row 0 starts (the union rule; not in the
         # paper's and Optimus's profiles, whose readers' windows all start together)
         self._shift = tuple(row_shift(graph, v) if self.physical_rows else 0.0 for v in range(n))
