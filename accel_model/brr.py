@@ -25,6 +25,10 @@ from accel_model.windows import concat_offset
 from fusionplan.ir.graph import Group, bits, mask_of
 
 _MIXING, _LOCAL, _BARRIER = ChannelRole.MIXING, ChannelRole.LOCAL, ChannelRole.BARRIER
+NO_SLICES = 2
+"""The parity under which every op keeps all its channels (the default profile weighs it
+against the two slicing parities: slicing can cost rows, docs/cost-model.md, "Channel
+slices")."""
 
 
 class BRRTerms:
@@ -32,7 +36,8 @@ class BRRTerms:
 
     ``footprint``, ``row_step`` and ``weights`` are in elements; ``last_height`` is
     H_out(L) in rows; ``parity`` is the channel-slicing parity chosen (0: the first
-    channel-mixing ops keep a slice, 1: the second ones; docs/cost-model.md, "BRR").
+    channel-mixing ops keep a slice, 1: the second ones, ``NO_SLICES``: no op keeps a slice;
+    docs/cost-model.md, "BRR").
     ``resident``, ``h_tile``, ``tiles`` and ``peak`` depend on the buffer: weights are
     resident (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``b*W + b*footprint < beta`` (strict,
     like every fit test: at equality they stream); else they are streamed once per tile of
@@ -460,13 +465,54 @@ class BRR(CostModel):
             other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1, g1)
             if other.dram_key(b, beta) < best.dram_key(b, beta):
                 best = other
-            if self._physical and b * best.footprint < beta:
+            if self._physical and (sliced[0] | sliced[1]):
+                whole = self._unsliced_terms(group, rows, scale, top, nodes, last_height, weights)
+                if whole.dram_key(b, beta) < best.dram_key(b, beta):
+                    best = whole
+            if self._physical and b * best.footprint < beta and best.parity != NO_SLICES:
                 chosen = sliced[best.parity]
                 split = self._split_loops(group, chosen) if chosen else ()
                 if split:
                     rerun, best.reread = self.recompute_traffic(group, chosen, split)
                     best.rerun = 0 if best.resident else rerun
         return best
+
+    def _unsliced_terms(
+        self,
+        group: Group,
+        rows: dict[int, int],
+        scale: dict[int, float],
+        top: dict[int, float],
+        nodes: list[int],
+        last_height: int,
+        weights: int,
+    ) -> BRRTerms:
+        """The terms of ``group`` with no op keeping a slice (``NO_SLICES``; external inputs
+        may still be held a slice at a time): a slicing parity can need more rows than it
+        saves channels (an op accumulating a sliced producer keeps a whole step's rows)."""
+        lines: list[_Line] = []
+        (fp, rs), _ = self.footprints(group, rows, scale, top, (0, 0), nodes, lines)
+        base, _, growth, _, free = _lines_linear(lines)
+
+        def at(h: int) -> int:
+            return base + (h - 1) * growth if h <= free else _lines_at(lines, h)[0]
+
+        terms = BRRTerms(fp, rs, last_height, weights, NO_SLICES)
+        return terms.tile(self.b, self.beta, at, growth)
+
+    def slicing(
+        self, group: Group, parity: int, nodes: list[int] | None = None
+    ) -> tuple[Group, Group]:
+        """(the ops keeping a channel slice, those of them recomputing rows they made) in
+        ``group`` under ``parity``: what :meth:`terms` priced, :meth:`tile_rows` allocates
+        and the schedule builder lays out."""
+        if not self._partial or parity == NO_SLICES:
+            return 0, 0
+        sliced = self.sliced_ops(group, nodes)
+        if not self._physical:
+            return sliced[parity], 0
+        again = self.slice_rereaders(sliced, group)
+        return again[parity], again[2 + parity]
 
     def _split_loops(self, group: Group, sliced: Group) -> tuple[Group, ...]:
         """The sliced ops of each slice loop of ``group`` that needs a later pass (a cheap
@@ -610,16 +656,14 @@ class BRR(CostModel):
         ``f(h)`` prices (docs/cost-model.md, "BRR"): each row count grows from the one-row
         tile by its whole-row scale per sink row until it reaches its tensor's height."""
         nodes = bits(group)
-        sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
-        if self._physical and self._partial:
-            sliced = self.slice_rereaders(sliced, group)
+        sliced, again = self.slicing(group, parity, nodes)
         lines: list[_Line] = []
         rows, scale, _, top = self._rows(group, nodes)
-        self.footprints(group, rows, scale, top, sliced, nodes, lines)
+        self.footprints(group, rows, scale, top, (sliced, sliced, again, again), nodes, lines)
         out_hw = self._out_shape
         first = dict(rows)
-        for key, a0, a1, r, _, _ in lines:
-            if key >= 0 and (a1 if parity else a0):
+        for key, a0, _, r, _, _ in lines:
+            if key >= 0 and a0:
                 first[key] = r
         ops = {v: min(first[v] + (h - 1) * int(scale[v]), out_hw[v][1]) for v in nodes}
         return ops, {~key: min(r + (h - 1) * g, cap) for key, _, _, r, g, cap in lines if key < 0}
@@ -686,7 +730,7 @@ class BRR(CostModel):
                 fp1 += c1 * h1 * w_out
                 rs1 += c1 * sc * w_out
                 if lines is not None and h0 == h1:
-                    lines.append((v, c0 * w_out, c1 * w_out, need, g, h_out))
+                    lines.append((v, c0 * w_out, c1 * w_out, h0, g, h_out))
                 elif lines is not None:  # a line per parity
                     lines.append((v, c0 * w_out, 0, h0, g, h_out))
                     lines.append((v, 0, c1 * w_out, h1, g, h_out))
