@@ -19,12 +19,16 @@ from accel_model.base import CostModel, GroupCost
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_activation
 from accel_model.optimus_pricing import OptimusPricing
 from accel_model.registry import COST_MODELS
-from accel_model.rows import input_rows, row_window
+from accel_model.rows import input_rows, row_shift, row_window
 from accel_model.schedule import ScheduleError
 from accel_model.windows import concat_offset
 from fusionplan.ir.graph import Group, bits, mask_of
 
 _MIXING, _LOCAL, _BARRIER = ChannelRole.MIXING, ChannelRole.LOCAL, ChannelRole.BARRIER
+NO_SLICES = 2
+"""The parity under which every op keeps all its channels (the default profile weighs it
+against the two slicing parities: slicing can cost rows, docs/cost-model.md, "Channel
+slices")."""
 
 
 class BRRTerms:
@@ -32,7 +36,8 @@ class BRRTerms:
 
     ``footprint``, ``row_step`` and ``weights`` are in elements; ``last_height`` is
     H_out(L) in rows; ``parity`` is the channel-slicing parity chosen (0: the first
-    channel-mixing ops keep a slice, 1: the second ones; docs/cost-model.md, "BRR").
+    channel-mixing ops keep a slice, 1: the second ones, ``NO_SLICES``: no op keeps a slice;
+    docs/cost-model.md, "BRR").
     ``resident``, ``h_tile``, ``tiles`` and ``peak`` depend on the buffer: weights are
     resident (``tiles`` 1, ``h_tile`` = H_out(L)) iff ``b*W + b*footprint < beta`` (strict,
     like every fit test: at equality they stream); else they are streamed once per tile of
@@ -187,10 +192,13 @@ class BRR(CostModel):
         pe = accel.pe_unroll
         # the row-count induction needs every kept row count >= 1, i.e. no empty tensor
         self._heights_positive = all(x.shape[1] >= 1 for x in t)
-        self._window = tuple(row_window(graph, v) for v in range(n))
-        # per op: its consumers, each with its window (K, S)
+        self._window = tuple(row_window(graph, v, self.physical_rows) for v in range(n))
+        # where each op's window of its output row 0 starts (the union rule; not in the
+        # paper's and Optimus's profiles, whose readers' windows all start together)
+        self._shift = tuple(row_shift(graph, v) if self.physical_rows else 0.0 for v in range(n))
+        # per op: its consumers, each with its window (K, S, shift)
         self._reader_windows = tuple(
-            tuple((c, *self._window[c]) for c in bits(m)) for m in graph.succ_mask
+            tuple((c, *self._window[c], self._shift[c]) for c in bits(m)) for m in graph.succ_mask
         )
         self._role = tuple(channel_role(graph, v) for v in range(n))
         # channels op v keeps when it holds a slice (all of them when slicing is off)
@@ -339,28 +347,33 @@ class BRR(CostModel):
 
     def _rows(
         self, group: Group, nodes: list[int], sink_rows: int = 1
-    ) -> tuple[dict[int, int], dict[int, float], int]:
-        """Rows each op of ``nodes`` (the bits of ``group``) keeps, its row scale, and
-        H_out(L): the backward pass (docs/cost-model.md, "BRR"), flat with ``input_rows``
-        inlined (same arithmetic). The last ops keep ``sink_rows`` rows (1: the footprint;
-        a tile's height: the rows per tile)."""
+    ) -> tuple[dict[int, int], dict[int, float], int, dict[int, float]]:
+        """Rows each op of ``nodes`` (the bits of ``group``) keeps, its row scale, H_out(L),
+        and where its rows start (relative to the last ops' rows at 0): the backward pass
+        (docs/cost-model.md, "BRR"). An op keeps the union of its readers' windows, each
+        ``(h - 1) * S + K`` rows from ``top * S + shift`` (the readers' windows may start
+        at other rows). The last ops keep ``sink_rows`` rows (1: the footprint; a tile's
+        height: the rows per tile)."""
         readers_of, out_hw = self._reader_windows, self._out_shape
         ceil = math.ceil
         whole_scales = self._physical  # a tile's row counts grow by whole rows per sink row
         rows: dict[int, int] = {}
         scale: dict[int, float] = {}
+        top: dict[int, float] = {}
         last_height = 1
         for v in reversed(nodes):
             h_out = out_hw[v][1]
-            need, sc, sink = 0, 0.0, True
-            for c, k, s in readers_of[v]:
+            sc, sink = 0.0, True
+            lo_min = hi_max = 0.0
+            for c, k, s, d in readers_of[v]:
                 if group >> c & 1:
+                    lo = top[c] * s + d
+                    hi = lo + (rows[c] - 1) * s + k
+                    if sink or lo < lo_min:
+                        lo_min = lo
+                    if sink or hi > hi_max:
+                        hi_max = hi
                     sink = False
-                    n = ceil((rows[c] - 1) * s + k - 1e-9)
-                    if n > h_out:
-                        n = h_out
-                    if n > need:
-                        need = n
                     x = scale[c] * s
                     if whole_scales and x % 1:
                         x = ceil(x)
@@ -370,8 +383,12 @@ class BRR(CostModel):
                 need, sc = min(sink_rows, h_out), 1.0
                 if h_out > last_height:
                     last_height = h_out
-            rows[v], scale[v] = need, sc
-        return rows, scale, last_height
+            else:
+                need = ceil(hi_max - lo_min - 1e-9)
+                if need > h_out:
+                    need = h_out
+            rows[v], scale[v], top[v] = need, sc, lo_min
+        return rows, scale, last_height, top
 
     def sliced_ops(self, group: Group, nodes: list[int] | None = None) -> tuple[Group, Group]:
         """The ops of ``group`` that keep a channel slice under parity 0 and parity 1: a
@@ -412,7 +429,7 @@ class BRR(CostModel):
         """Footprint, row step and tiling of ``group`` under its best channel-slicing parity
         (elements, not bytes; see BRRTerms)."""
         nodes = bits(group)
-        rows, scale, last_height = self._rows(group, nodes)
+        rows, scale, last_height, top = self._rows(group, nodes)
         node_weights = self.node_weights
         weights = sum(node_weights[v] for v in nodes)
         b, beta = self.b, self.beta
@@ -420,7 +437,7 @@ class BRR(CostModel):
         if self._physical and self._partial:
             sliced = self.slice_rereaders(sliced, group)
         lines: list[_Line] | None = [] if self._physical else None
-        (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, sliced, nodes, lines)
+        (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, top, sliced, nodes, lines)
         at0 = at1 = None
         g0 = g1 = 0  # footprint growth per sink row before any row count reaches its height
         if lines is not None:
@@ -448,13 +465,54 @@ class BRR(CostModel):
             other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1, g1)
             if other.dram_key(b, beta) < best.dram_key(b, beta):
                 best = other
-            if self._physical and b * best.footprint < beta:
+            if self._physical and (sliced[0] | sliced[1]):
+                whole = self._unsliced_terms(group, rows, scale, top, nodes, last_height, weights)
+                if whole.dram_key(b, beta) < best.dram_key(b, beta):
+                    best = whole
+            if self._physical and b * best.footprint < beta and best.parity != NO_SLICES:
                 chosen = sliced[best.parity]
                 split = self._split_loops(group, chosen) if chosen else ()
                 if split:
                     rerun, best.reread = self.recompute_traffic(group, chosen, split)
                     best.rerun = 0 if best.resident else rerun
         return best
+
+    def _unsliced_terms(
+        self,
+        group: Group,
+        rows: dict[int, int],
+        scale: dict[int, float],
+        top: dict[int, float],
+        nodes: list[int],
+        last_height: int,
+        weights: int,
+    ) -> BRRTerms:
+        """The terms of ``group`` with no op keeping a slice (``NO_SLICES``; external inputs
+        may still be held a slice at a time): a slicing parity can need more rows than it
+        saves channels (an op accumulating a sliced producer keeps a whole step's rows)."""
+        lines: list[_Line] = []
+        (fp, rs), _ = self.footprints(group, rows, scale, top, (0, 0), nodes, lines)
+        base, _, growth, _, free = _lines_linear(lines)
+
+        def at(h: int) -> int:
+            return base + (h - 1) * growth if h <= free else _lines_at(lines, h)[0]
+
+        terms = BRRTerms(fp, rs, last_height, weights, NO_SLICES)
+        return terms.tile(self.b, self.beta, at, growth)
+
+    def slicing(
+        self, group: Group, parity: int, nodes: list[int] | None = None
+    ) -> tuple[Group, Group]:
+        """(the ops keeping a channel slice, those of them recomputing rows they made) in
+        ``group`` under ``parity``: what :meth:`terms` priced, :meth:`tile_rows` allocates
+        and the schedule builder lays out."""
+        if not self._partial or parity == NO_SLICES:
+            return 0, 0
+        sliced = self.sliced_ops(group, nodes)
+        if not self._physical:
+            return sliced[parity], 0
+        again = self.slice_rereaders(sliced, group)
+        return again[parity], again[2 + parity]
 
     def _split_loops(self, group: Group, sliced: Group) -> tuple[Group, ...]:
         """The sliced ops of each slice loop of ``group`` that needs a later pass (a cheap
@@ -598,16 +656,14 @@ class BRR(CostModel):
         ``f(h)`` prices (docs/cost-model.md, "BRR"): each row count grows from the one-row
         tile by its whole-row scale per sink row until it reaches its tensor's height."""
         nodes = bits(group)
-        sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
-        if self._physical and self._partial:
-            sliced = self.slice_rereaders(sliced, group)
+        sliced, again = self.slicing(group, parity, nodes)
         lines: list[_Line] = []
-        rows, scale, _ = self._rows(group, nodes)
-        self.footprints(group, rows, scale, sliced, nodes, lines)
+        rows, scale, _, top = self._rows(group, nodes)
+        self.footprints(group, rows, scale, top, (sliced, sliced, again, again), nodes, lines)
         out_hw = self._out_shape
         first = dict(rows)
-        for key, a0, a1, r, _, _ in lines:
-            if key >= 0 and (a1 if parity else a0):
+        for key, a0, _, r, _, _ in lines:
+            if key >= 0 and a0:
                 first[key] = r
         ops = {v: min(first[v] + (h - 1) * int(scale[v]), out_hw[v][1]) for v in nodes}
         return ops, {~key: min(r + (h - 1) * g, cap) for key, _, _, r, g, cap in lines if key < 0}
@@ -617,22 +673,24 @@ class BRR(CostModel):
         group: Group,
         rows: dict[int, int],
         scale: dict[int, float],
+        top: dict[int, float],
         sliced: tuple[Group, ...],
         nodes: list[int] | None = None,
         lines: list[_Line] | None = None,
     ) -> tuple[tuple[int, float], tuple[int, float]]:
         """(footprint, row step) in elements of ``group`` under each of its two slicings
         ``sliced`` (:meth:`sliced_ops`, optionally extended by :meth:`slice_rereaders`), in
-        one pass. ``lines`` collects what a taller tile's footprint needs: per stored op and
-        external input, its row size under each parity, rows, growth per sink row and
-        height (:func:`_lines_at`)."""
+        one pass; ``rows``, ``scale`` and ``top`` are :meth:`_rows`'. An external input
+        keeps the union of its readers' windows. ``lines`` collects what a taller tile's
+        footprint needs: per stored op and external input, its row size under each parity,
+        rows, growth per sink row and height (:func:`_lines_at`)."""
         readers, op_terms, physical = self._tensor_readers, self._op_terms, self._physical
         pred = self.graph.pred_mask
         s0, s1 = sliced[0], sliced[1]
         again0, again1 = (sliced[2], sliced[3]) if len(sliced) > 2 else (0, 0)
-        ceil = math.ceil
+        ceil, shift = math.ceil, self._shift
         # external tensor -> [rows, row elements under parity 0, under parity 1, growth,
-        # height, read by a local op]
+        # height, read by a local op, the union of its readers' windows (first, end)]
         ext_rows: dict[int, list] = {}
         fp0 = fp1 = 0
         rs0 = rs1 = 0.0
@@ -672,16 +730,19 @@ class BRR(CostModel):
                 fp1 += c1 * h1 * w_out
                 rs1 += c1 * sc * w_out
                 if lines is not None and h0 == h1:
-                    lines.append((v, c0 * w_out, c1 * w_out, need, g, h_out))
+                    lines.append((v, c0 * w_out, c1 * w_out, h0, g, h_out))
                 elif lines is not None:  # a line per parity
                     lines.append((v, c0 * w_out, 0, h0, g, h_out))
                     lines.append((v, 0, c1 * w_out, h1, g, h_out))
             n_in = grow = -1
+            lo = hi = 0.0
             for ti, producer, cw, h_in, slice_cw in ins:
                 if producer >= 0 and group >> producer & 1:
                     continue
                 if grow < 0:  # the op's first external input
-                    n_in = ceil((need - 1) * s + k - 1e-9)
+                    lo = top[v] * s + shift[v]
+                    hi = lo + (need - 1) * s + k
+                    n_in = ceil(hi - lo - 1e-9)
                     grow = ceil(sc * s - 1e-9)  # its rows per sink row, at most
                     # a sliced mixing op or a barrier needs all channels of an external
                     # input; any other reader takes it a channel slice at a time
@@ -692,8 +753,15 @@ class BRR(CostModel):
                 w1 = cw if whole1 else slice_cw
                 kept = ext_rows.get(ti)
                 if kept is None:
-                    ext_rows[ti] = [n, w0, w1, grow, h_in, local]
+                    ext_rows[ti] = [n, w0, w1, grow, h_in, local, lo, hi]
                 else:
+                    if lo < kept[6]:
+                        kept[6] = lo
+                    if hi > kept[7]:
+                        kept[7] = hi
+                    n = ceil(kept[7] - kept[6] - 1e-9)
+                    if n > h_in:
+                        n = h_in
                     if n > kept[0]:
                         kept[0] = n
                     if physical and (local or kept[5]):
@@ -707,7 +775,7 @@ class BRR(CostModel):
                         kept[2] = w1
                     if grow > kept[3]:
                         kept[3] = grow
-        for ti, (n, w0, w1, grow, h_in, _) in ext_rows.items():
+        for ti, (n, w0, w1, grow, h_in, *_) in ext_rows.items():
             fp0 += n * w0
             fp1 += n * w1
             if lines is not None:
@@ -737,7 +805,7 @@ class BRR(CostModel):
         """Optimus's reported weight traffic of a streamed group: each op's weights once per
         ``H_out(v) / H(v)``, H(v) its rows per tile of ``h_tile`` output rows (a fraction)."""
         nodes = bits(group)
-        rows, _, _ = self._rows(group, nodes, h_tile)
+        rows = self._rows(group, nodes, h_tile)[0]
         weights, out_hw = self.node_weights, self._out_shape
         reads = sum(weights[v] * out_hw[v][1] / rows[v] for v in nodes if weights[v])
         return math.ceil(reads - 1e-9)

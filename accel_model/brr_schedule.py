@@ -65,7 +65,7 @@ class _Builder:
         self.tt = tt
         self.h = tt.last_height if tt.resident else tt.h_tile
         self.per_step = 1 if tt.resident else self.h
-        self.sliced = cm.sliced_ops(group, self.nodes)[tt.parity] if cm._partial else 0
+        self.sliced, self.again = cm.slicing(group, tt.parity, self.nodes)
         # the rows of each op and external input a tile holds: what f(h) priced
         self.rows, self.ext_rows = cm.tile_rows(group, self.per_step, tt.parity)
         self.in_group = lambda v: v >= 0 and group >> v & 1
@@ -77,10 +77,6 @@ class _Builder:
             t for v in self.nodes for t in nodes[v].outputs if t in outs or readers[t] & ~group
         }
         self.external = external_readers(graph, group)  # tensor -> (reader, input index)
-        # sliced ops that recompute rows they made (BRR.slice_rereaders)
-        self.again = 0
-        if cm._physical and cm._partial:
-            self.again = cm.slice_rereaders((self.sliced, self.sliced), group)[2]
         self.in_place = self._in_place()
         self.whole_ext = cm.whole_inputs(group, self.sliced, self.again, self.external)
 

@@ -76,8 +76,13 @@ def proportional_rows(r: int, out_h: int, in_h: int) -> Range:
     return (lo, max(min(math.ceil((r + 1) * in_h / out_h), in_h), lo + 1))
 
 
-def row_window(graph: OpGraph, v: int) -> tuple[float, float]:
-    """(K, S) of op ``v`` for BRR: ``(h - 1) * S + K`` input rows make ``h`` output rows."""
+def row_window(graph: OpGraph, v: int, exact: bool = False) -> tuple[float, float]:
+    """(K, S) of op ``v`` for BRR: ``(h - 1) * S + K`` input rows make ``h`` output rows.
+
+    ``exact``: an op reading proportional rows (``S = H_in/H_out``, accel_model/windows.py)
+    at a scale that is not a whole number has ``K`` = the most rows one output row reads,
+    ``ceil((H_in + H_out - gcd) / H_out)`` (a window's floor and ceil straddle a row
+    boundary: a class token's Concat, 4 rows to 5, reads 2), else ``max(1, S)``."""
     node = graph.nodes[v]
     h_in = graph.in_height(v)
     h_out = max(graph.out_shape(v)[1], 1)
@@ -91,7 +96,21 @@ def row_window(graph: OpGraph, v: int) -> tuple[float, float]:
     if node.kind == "resize":
         return float(row_span(node)), h_in / h_out
     s = h_in / h_out
+    if exact and h_in % h_out:
+        # output row a reads rows floor(a S) .. ceil((a + 1) S) - 1: with S = p/q in lowest
+        # terms, at most ceil((p + q - 1) / q) of them
+        return float(-(-(h_in + h_out - math.gcd(h_in, h_out)) // h_out)), s
     return max(1.0, s), s  # an op that merges rows (S > 1) reads S of them per output row
+
+
+def row_shift(graph: OpGraph, v: int) -> float:
+    """Where op ``v``'s window of output row 0 starts, in input rows: minus the top pad of a
+    conv or pool, else 0. Readers of one tensor whose windows start at other rows need the
+    union of their windows, not the larger one (BRR, docs/cost-model.md)."""
+    node = graph.nodes[v]
+    if node.kind in ("conv", "pool") and node.op_type != "ConvTranspose" and not node.whole_input:
+        return -float(node.pads[0])
+    return 0.0
 
 
 def input_rows(k: float, s: float, h_out_rows: int, h_cap: int) -> int:

@@ -159,7 +159,8 @@ class Schedule:
 
     ``order``: the loop order's tag. ``core``: the op whose single-layer loop order runs
     (layer and epilogue orders), else -1. ``parity`` and ``sliced``: BRR's channel-slicing
-    parity and the ops keeping a slice of ``pe_unroll`` channels (None / 0 elsewhere).
+    parity (2: no op sliced, ``brr.NO_SLICES``) and the ops keeping a slice of ``pe_unroll``
+    channels (None / 0 elsewhere).
     ``h_tile``: sink rows per tile; ``tiles``: each tile's sink rows. ``weights_resident``:
     weights loaded once into weight regions (else streamed once per step that uses them);
     ``resident``: ops whose weights are loaded once into their region and stay although the

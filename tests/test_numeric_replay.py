@@ -22,6 +22,7 @@ from accel_model import Accelerator, make_cost_model
 from accel_model.numeric import Dram, NumericGraph, replay_plan, replay_schedule
 from accel_model.numeric.layout import Layout
 from accel_model.replay import ReplayError
+from accel_model.rows import row_window
 from accel_model.schedule import (
     LAYER,
     SCHEDULE_BUILDERS,
@@ -189,14 +190,7 @@ def check_plan(name: str, scheme: str, buffer: int, **settings) -> list[Schedule
     return [run.schedule for run in replay.groups]
 
 
-KNOWN: dict[tuple[str, str, int], str] = {
-    ("class_token", "brr", 2048): (
-        "a Concat along the row axis (the class token) shifts rows: output row r reads "
-        "'proj.out' row r - 1, but BRR gives it a one-row window (K = max(1, S), S = 4/5), so "
-        "'proj.out' keeps one row and row 1 overwrites the row 0 concat row 1 needs"
-    ),
-    ("class_token", "brr", 8192): "the class token's Concat shifts rows (see brr 2048)",
-}
+KNOWN: dict[tuple[str, str, int], str] = {}
 TRAFFIC_DIFFERS: dict[tuple[str, str, int], str] = {}
 """Plans whose schedules compute the graph but move other traffic than their cost model
 charges (more: a cost below its schedule; less: a closed form above it), or that a replay
@@ -256,6 +250,26 @@ def test_the_plans_exercise_every_loop_order():
             seen.add((s.order, bool(s.sliced)))
     assert {("brr-resident", True), ("brr-resident", False), ("brr-streamed", True)} <= seen
     assert {("lbdf", False), ("layer:row-bands", False), ("layer:output-tiles", False)} <= seen
+
+
+def test_the_class_tokens_concat_holds_the_two_rows_its_window_spans():
+    """class_token under BRR (pe 4, 2048 B, b = 1): one group {proj, concat, add, ln},
+    weights 64 + 8 + 40 + 16 = 128 resident. The Concat makes 5 token rows from proj's 4
+    (the class token, its weight, is row 0): output row r reads proj rows floor(4r/5) ..
+    ceil(4(r+1)/5) - 1, two rows for r = 1..3 (row r - 1 among them), so K = ceil((4 + 5 -
+    1)/5) = 2, not max(1, S) = 1. proj keeps 2 rows of its 4-channel slice (8), x the 2 rows
+    they read (16), the concat 1 row of 8 (the add in place over it), ln 1 row (8): 40,
+    F_beta = 168; F_D = x 32 + y 40 + weights 128 = 200. Every pass of the concat over a
+    slice of proj makes its class-token row, which reads no lane of proj."""
+    p = planned("class_token", "brr", 2048)
+    concat = next(v for v, n in enumerate(p.cost_model.graph.nodes) if n.kind == "concat")
+    assert row_window(p.cost_model.graph, concat, exact=True) == (2.0, 0.8)
+    assert row_window(p.cost_model.graph, concat) == (1.0, 0.8)  # the paper's and Optimus's
+    (group,) = p.groups
+    assert p.cost_model.tile_rows(group, 1) == ({0: 2, 1: 1, 2: 1, 3: 1}, {0: 2})
+    assert (p.cost_model.dram_bytes(group), p.cost_model.buffer_bytes(group)) == (200, 168)
+    (schedule,) = check_plan("class_token", "brr", 2048)
+    assert sum(r.elements for r in schedule.regions) == 168
 
 
 # ----------------------------------------------------------------------- hand-built

@@ -137,7 +137,9 @@ class RingRegion:
                 raise ReplayError("a region holds partial sums over two kinds of input lanes")
             self.consumed = np.zeros((*self.value.shape, lanes), bool)
         needed = needed[:, :, None, :]
-        fed = np.broadcast_to((needed & passed).any(axis=-1), values.shape)
+        # an element that reduces over no lane (a class token's row, which a Concat makes
+        # from its weights) is a constant of the op: every pass makes it whole
+        fed = np.broadcast_to((needed & passed).any(axis=-1) | ~needed.any(axis=-1), values.shape)
         fresh = ~(self._holding(slots, coords, tensor) & self.partial[slots])
         consumed = np.where(fresh[..., None], False, self.consumed[slots])
         twice = consumed & passed & needed & fed[..., None]
