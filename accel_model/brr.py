@@ -13,7 +13,6 @@ op plays which role). Unary and elementwise ops overwrite their input's rows in 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from accel_model.base import CostModel, GroupCost
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_activation
@@ -65,32 +64,25 @@ class BRRTerms:
         self.peak = footprint + weights
         self.rerun = self.reread = 0  # a slice loop's later passes: BRR.recompute_traffic
 
-    def tile(
-        self,
-        b: int,
-        beta: int,
-        footprint_at: Callable[[int], int] | None = None,
-        growth: int = 0,
-    ) -> BRRTerms:
+    def tile(self, b: int, beta: int, lines: list[_Line] | None = None) -> BRRTerms:
         """Set ``resident``, ``h_tile``, ``tiles`` and ``peak`` for a ``beta``-byte buffer.
 
-        ``footprint_at(h)`` is the footprint of a tile of ``h`` output rows, every row it
+        ``lines`` give the footprint ``f(h)`` of a tile of ``h`` output rows, every row it
         reads included (docs/cost-model.md, "BRR"): the tallest tile that fits is taken.
-        Without it the paper's and Optimus's tile rule applies, which grows a tile by
-        ``row_step`` (the ops' rows only) and so can undercount its input rows. ``growth``,
-        when known, bounds how much ``footprint_at`` grows per row (fewer evaluations).
+        Without them the paper's and Optimus's tile rule applies, which grows a tile by
+        ``row_step`` (the ops' rows only) and so can undercount its input rows.
         """
         if b * self.footprint >= beta:
             self.resident, self.h_tile = False, 0  # invalid: layer by layer, weights once
             self.peak = self.footprint
         elif b * (self.weights + self.footprint) >= beta:  # resident iff b*(W + fp) < beta
             self.resident = False
-            if footprint_at is None:
+            if lines is None:
                 self.h_tile = math.floor((beta - b * self.footprint) / (b * self.row_step)) + 1
                 self.peak = self.footprint
             else:
                 self.h_tile, self.peak = _tallest_tile(
-                    footprint_at, self.last_height, b, beta, growth
+                    lines, self.parity, self.last_height, (beta - 1) // b
                 )
             self.tiles = math.ceil(self.last_height / self.h_tile)
         return self
@@ -99,32 +91,6 @@ class BRRTerms:
         """Orders the parities of one group: valid first, then fewer weight reads, then less
         buffer (io does not depend on the parity)."""
         return (b * self.footprint >= beta, self.tiles, self.footprint)
-
-
-def _tallest_tile(
-    footprint_at: Callable[[int], int], height: int, b: int, beta: int, growth: int = 0
-):
-    """(h, footprint_at(h)) for the largest ``h <= height`` whose tile fits (``footprint_at``
-    is non-decreasing and fits at 1): a binary search that first probes the linear guess
-    ``growth`` gives (the footprint's growth per row before caps) and the row above it,
-    usually the answer in two footprints."""
-    lo, lo_fp, hi = 1, footprint_at(1), height
-    probes: list[int] = []
-    if growth > 0:
-        guess = min(height, ((beta - 1) // b - lo_fp) // growth + 1)
-        probes = [guess, guess + 1]
-    elif lo < hi:
-        probes = [height]  # nothing grows: every row fits if one does
-    while lo < hi:
-        mid = probes.pop(0) if probes else (lo + hi + 1) // 2
-        if not lo < mid <= hi:
-            continue
-        fp = footprint_at(mid)
-        if b * fp < beta:
-            lo, lo_fp = mid, fp
-        else:
-            hi = mid - 1
-    return lo, lo_fp
 
 
 _PassMasks = tuple[Group, Group, Group, Group, list[int]]
@@ -137,41 +103,47 @@ _Line = tuple[int, int, int, int, int, int]
 in a one-row tile; rows added per sink row; height)."""
 
 
-def _lines_at(lines: list[_Line], h: int) -> tuple[int, int]:
-    """The footprints (parity 0, parity 1) of a tile of ``h`` sink rows: every row count
-    grows linearly from the one-row tile until it reaches its tensor's height, by its scale
-    rounded up to whole rows (``_rows``). This holds at least the rows the backward pass asks
-    for ``h`` rows: by induction from the sinks, ``ceil((r + (h-1) G - 1) S + K) <=
-    ceil((r - 1) S + K) + (h-1) ceil(G S)``, and the max of such lines is below the line
-    of the maxima (docs/cost-model.md, "BRR")."""
-    f0 = f1 = 0
-    step = h - 1
-    for _, a0, a1, r, g, cap in lines:
-        n = r + step * g
-        if n > cap:
-            n = cap
-        f0 += a0 * n
-        f1 += a1 * n
-    return f0, f1
-
-
-def _lines_linear(lines: list[_Line]) -> tuple[int, int, int, int, float]:
-    """(base 0, base 1, growth 0, growth 1, h_free): for ``h <= h_free`` no row count of
-    ``lines`` has reached its height in a tile of ``h`` sink rows, so ``_lines_at(lines, h)``
-    is ``(base_p + (h - 1) * growth_p)`` for each parity p, a product instead of a walk."""
-    base0 = base1 = g0 = g1 = 0
-    free = math.inf
-    for _, a0, a1, r, g, cap in lines:
-        n = r if r < cap else cap
-        base0 += a0 * n
-        base1 += a1 * n
+def _tallest_tile(lines: list[_Line], parity: int, height: int, limit: int) -> tuple[int, int]:
+    """(h, f(h)) for the tallest tile of ``h <= height`` sink rows whose footprint under
+    ``parity`` is at most ``limit`` elements (one sink row fits). Each line's rows grow by
+    its whole-row scale per sink row until they reach its tensor's height (``_rows``), so
+    ``f`` is piecewise linear and non-decreasing: its pieces are walked in the order the
+    lines reach their heights and each is solved in closed form, one pass over the lines
+    instead of probing ``f`` (docs/cost-model.md, "BRR")."""
+    base = slope = 0  # on the current piece, f(x + 1) = base + slope * x
+    caps: list[tuple[int, int, int]] = []  # (x where a line reaches its height, its changes)
+    for line in lines:
+        a = line[2] if parity else line[1]
+        if not a:
+            continue
+        r, g, cap = line[3], line[4], line[5]
+        if r >= cap:
+            base += a * cap
+            continue
+        base += a * r
         if g:
-            g0 += a0 * g
-            g1 += a1 * g
-            room = (cap - r) // g + 1  # the tallest tile before this line reaches cap
-            if room < free:
-                free = room
-    return base0, base1, g0, g1, free
+            slope += a * g
+            caps.append((-((r - cap) // g), a * (cap - r), a * g))
+    caps.sort()
+    last = height - 1
+    caps.append((last + 1, 0, 0))
+    x, fits = 0, base  # the piece's first x; f(x) of the last x known to fit
+    for t, d_base, d_slope in caps:
+        end = t - 1 if t <= last else last
+        if end >= x:
+            if slope:
+                y = (limit - base) // slope
+            else:
+                y = end if base <= limit else x - 1
+            if y < end:
+                return (y + 1, base + slope * y) if y >= x else (x, fits)
+            fits = base + slope * end
+            if end == last:
+                return height, fits
+        base += d_base
+        slope -= d_slope
+        x = t
+    raise AssertionError("the last piece ends at the height")
 
 
 @COST_MODELS.register("brr")
@@ -421,31 +393,9 @@ class BRR(CostModel):
             sliced = self.slice_rereaders(sliced, group)
         lines: list[_Line] | None = [] if self._physical else None
         (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, sliced, nodes, lines)
-        at0 = at1 = None
-        g0 = g1 = 0  # footprint growth per sink row before any row count reaches its height
-        if lines is not None:
-            tall: dict[int, tuple[int, int]] = {1: (fp0, fp1)}
-            base0, base1, g0, g1, free = _lines_linear(lines)
-
-            def tile_footprints(h: int) -> tuple[int, int]:
-                hit = tall.get(h)
-                if hit is None:
-                    if h <= free:  # no row count has reached its height: linear
-                        hit = (base0 + (h - 1) * g0, base1 + (h - 1) * g1)
-                    else:
-                        hit = _lines_at(lines, h)
-                    tall[h] = hit
-                return hit
-
-            def at0(h: int) -> int:
-                return tile_footprints(h)[0]
-
-            def at1(h: int) -> int:
-                return tile_footprints(h)[1]
-
-        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, at0, g0)
+        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, lines)
         if self._partial:
-            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1, g1)
+            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, lines)
             if other.dram_key(b, beta) < best.dram_key(b, beta):
                 best = other
             if self._physical and b * best.footprint < beta:
@@ -625,7 +575,7 @@ class BRR(CostModel):
         ``sliced`` (:meth:`sliced_ops`, optionally extended by :meth:`slice_rereaders`), in
         one pass. ``lines`` collects what a taller tile's footprint needs: per stored op and
         external input, its row size under each parity, rows, growth per sink row and
-        height (:func:`_lines_at`)."""
+        height (:func:`_tallest_tile`)."""
         readers, op_terms, physical = self._tensor_readers, self._op_terms, self._physical
         pred = self.graph.pred_mask
         s0, s1 = sliced[0], sliced[1]
