@@ -402,7 +402,8 @@ class BRR(CostModel):
                 chosen = sliced[best.parity]
                 split = self._split_loops(group, chosen) if chosen else ()
                 if split:
-                    rerun, best.reread = self.recompute_traffic(group, chosen, split)
+                    again = sliced[2 + best.parity]  # its ops that recompute rows
+                    rerun, best.reread = self.recompute_traffic(group, chosen, split, again)
                     best.rerun = 0 if best.resident else rerun
         return best
 
@@ -451,37 +452,37 @@ class BRR(CostModel):
         return tuple(split)
 
     def recompute_traffic(
-        self, group: Group, sliced: Group, split: tuple[Group, ...]
+        self, group: Group, sliced: Group, split: tuple[Group, ...], again: Group | None = None
     ) -> tuple[int, int]:
         """(weights streamed again per tile, elements read again) by the later passes of
         the slice loops of ``group`` under the slicing ``sliced`` (those holding an op of
         ``split``; the others run in one pass): a pass recomputes the sliced ops an earlier
         pass computed, streaming their weights again, and reads again the slice-held inputs
-        an earlier pass read (docs/cost-model.md, "Channel slices")."""
-        again = self.slice_rereaders((sliced, sliced), group)[2]
+        an earlier pass read (docs/cost-model.md, "Channel slices"). ``again``: the sliced
+        ops that recompute rows (:meth:`slice_rereaders`), when the caller has them."""
+        if again is None:
+            again = self.slice_rereaders((sliced, sliced), group)[2]
         loops = SliceLoops(self, group, sliced)
-        try:
-            passes = [
-                p
-                for ops in split
-                for p in loops.pass_masks(ops, self._held_inputs(group, sliced, again, ops), 0)
-            ]
-        except ScheduleError:
-            return 0, 0  # no schedule: nothing to count
         # an op run in n passes streams its weights n - 1 more times, a tensor read in n
-        # passes is read n - 1 more times: each pass's sum less the sum over their union
+        # passes is read n - 1 more times: what each pass runs or reads again
         weights, sizes = self.node_weights, self._tensor_size
         ran = rerun = reread = 0
         read: set[int] = set()
-        for run, recomputed, partial, _, ts in passes:
-            m = run | recomputed | partial
-            ran |= m
-            rerun += sum(weights[v] for v in bits(m))
-            for t in ts:
-                reread += sizes[t]
-                read.add(t)
-        rerun -= sum(weights[v] for v in bits(ran))
-        reread -= sum(sizes[t] for t in read)
+        try:
+            for ops in split:
+                held = self._held_inputs(group, sliced, again, ops)
+                for run, recomputed, partial, _, ts in loops.pass_masks(ops, held, 0):
+                    m = run | recomputed | partial
+                    if m & ran:
+                        rerun += sum(weights[v] for v in bits(m & ran))
+                    ran |= m
+                    for t in ts:
+                        if t in read:
+                            reread += sizes[t]
+                        else:
+                            read.add(t)
+        except ScheduleError:
+            return 0, 0  # no schedule: nothing to count
         return rerun, reread
 
     def _held_inputs(
