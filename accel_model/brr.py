@@ -21,7 +21,7 @@ from accel_model.registry import COST_MODELS
 from accel_model.rows import input_rows, row_window
 from accel_model.schedule import ScheduleError
 from accel_model.windows import concat_offset
-from fusionplan.ir.graph import Group, bits, mask_of
+from fusionplan.ir.graph import Group, ancestors_of, bits, descendants_of, mask_of
 
 _MIXING, _LOCAL, _BARRIER = ChannelRole.MIXING, ChannelRole.LOCAL, ChannelRole.BARRIER
 
@@ -131,10 +131,12 @@ def _tallest_tile(lines: list[_Line], parity: int, height: int, limit: int) -> t
     for t, d_base, d_slope in caps:
         end = t - 1 if t <= last else last
         if end >= x:
-            if slope:
+            if slope:  # the last x of the piece within the limit (below x: none)
                 y = (limit - base) // slope
+            elif base <= limit:
+                y = end
             else:
-                y = end if base <= limit else x - 1
+                y = x - 1
             if y < end:
                 return (y + 1, base + slope * y) if y >= x else (x, fits)
             fits = base + slope * end
@@ -219,6 +221,16 @@ class BRR(CostModel):
         # concats along channels, which a slice loop fills slice by slice (SliceLoops)
         self._split_memo: dict[tuple[Group, Group], tuple[Group, ...]] = {}
         self._pass_memo: dict[tuple[Group, Group, Group, Group], list | str] = {}
+        self._traffic_memo: dict[tuple[tuple[Group, ...], Group, Group, Group], tuple] = {}
+        # per op, what a slice loop holding it reads of the group (recompute_traffic): the
+        # op, its producers, the ops below it and the other readers of its inputs
+        self._pass_reach = tuple(
+            (1 << v)
+            | graph.pred_mask[v]
+            | graph.descendant_mask[v]
+            | mask_of(c for ti in node.inputs for c in bits(graph.consumer_mask[ti]))
+            for v, node in enumerate(graph.nodes)
+        )
         self._concat_fills = sum(
             1 << v
             for v, node in enumerate(graph.nodes)
@@ -386,7 +398,7 @@ class BRR(CostModel):
         nodes = bits(group)
         rows, scale, last_height = self._rows(group, nodes)
         node_weights = self.node_weights
-        weights = sum(node_weights[v] for v in nodes)
+        weights = sum(map(node_weights.__getitem__, nodes))
         b, beta = self.b, self.beta
         sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
         if self._physical and self._partial:
@@ -413,12 +425,7 @@ class BRR(CostModel):
         keeps all its channels and lies below a sliced op of the loop (joined to it by
         edges between sliced ops). It depends on the group only through the whole ops below
         a sliced op: memoised on them."""
-        desc, below, x = self.graph.descendant_mask, 0, sliced
-        while x:
-            low = x & -x
-            below |= desc[low.bit_length() - 1]
-            x ^= low
-        below &= group & ~sliced
+        below = descendants_of(self.graph.descendant_mask, sliced) & group & ~sliced
         if not below:
             return ()
         key = (sliced, below)
@@ -459,9 +466,31 @@ class BRR(CostModel):
         ``split``; the others run in one pass): a pass recomputes the sliced ops an earlier
         pass computed, streaming their weights again, and reads again the slice-held inputs
         an earlier pass read (docs/cost-model.md, "Channel slices"). ``again``: the sliced
-        ops that recompute rows (:meth:`slice_rereaders`), when the caller has them."""
+        ops that recompute rows (:meth:`slice_rereaders`), when the caller has them.
+
+        The count reads the group only near the loops' ops (``_pass_reach``: the passes
+        split on the ops below them, the held inputs on their producers and readers), so
+        it is memoised on the group, slicing and recomputing ops there: the exact search
+        prices many groups that differ elsewhere."""
         if again is None:
             again = self.slice_rereaders((sliced, sliced), group)[2]
+        near, reach = 0, self._pass_reach
+        for ops in split:
+            x = ops
+            while x:
+                low = x & -x
+                near |= reach[low.bit_length() - 1]
+                x ^= low
+        key = (split, group & near, sliced & near, again & near)
+        hit = self._traffic_memo.get(key)
+        if hit is None:
+            hit = self._traffic_memo[key] = self._recompute_traffic(group, sliced, split, again)
+        return hit
+
+    def _recompute_traffic(
+        self, group: Group, sliced: Group, split: tuple[Group, ...], again: Group
+    ) -> tuple[int, int]:
+        """:meth:`recompute_traffic` from scratch."""
         loops = SliceLoops(self, group, sliced)
         # an op run in n passes streams its weights n - 1 more times, a tensor read in n
         # passes is read n - 1 more times: what each pass runs or reads again
@@ -511,13 +540,10 @@ class BRR(CostModel):
         (docs/cost-model.md, "Channel slices"). Descendants only grow with the group, so a
         footprint stays monotone over down-sets."""
         s0, s1 = sliced
-        desc, overlapping = self.graph.descendant_mask, self._overlapping & group
+        overlapping = self._overlapping & group
         if not overlapping:
             return s0, s1, 0, 0
-        again = 0
-        for v in bits((s0 | s1) & group):
-            if desc[v] & overlapping:
-                again |= 1 << v
+        again = group & ancestors_of(self.graph.ancestor_mask, overlapping)
         return s0, s1, s0 & again, s1 & again
 
     def whole_inputs(
@@ -817,11 +843,7 @@ class SliceLoops:
         The split depends on the group only through its ops below the members (what runs
         after a pass), so it is memoised per (members, their slicing, the group's ops below
         them, ``first``): the exact search prices many groups that differ elsewhere."""
-        below, x = members, members
-        while x:
-            low = x & -x
-            below |= self.desc[low.bit_length() - 1]
-            x ^= low
+        below = members | descendants_of(self.desc, members)
         key = (members, members & self.sliced, self.group & below, first)
         shape = self.memo.get(key)
         if shape is None:
