@@ -437,25 +437,30 @@ class BRR(CostModel):
     def _loops_reading_below(self, sliced: Group, below: Group) -> tuple[Group, ...]:
         """The loops of :meth:`_split_loops`, given the whole ops ``below`` a sliced op."""
         graph = self.graph
-        succ, pred, anc = graph.succ_mask, graph.pred_mask, graph.ancestor_mask
+        nbr, pred, anc = graph.neighbour_mask, graph.pred_mask, graph.ancestor_mask
         split: list[Group] = []
+        in_split = 0  # the ops of the loops in ``split``
         loops: list[Group] = []  # the loops flooded so far
-        for m in bits(sliced):
-            producers = pred[m] & below
-            if not producers or any(lp >> m & 1 for lp in split):
+        x = sliced
+        while x:
+            low = x & -x
+            x ^= low
+            producers = pred[low.bit_length() - 1] & below
+            if not producers or in_split & low:
                 continue
-            loop = next((lp for lp in loops if lp >> m & 1), 0)
+            loop = next((lp for lp in loops if lp & low), 0)
             if not loop:
-                loop, frontier = 1 << m, 1 << m
+                loop = frontier = low
                 while frontier:
                     v = (frontier & -frontier).bit_length() - 1
                     frontier &= frontier - 1
-                    near = (succ[v] | pred[v]) & sliced & ~loop
+                    near = nbr[v] & sliced & ~loop
                     loop |= near
                     frontier |= near
                 loops.append(loop)
-            if any(anc[p] & loop for p in bits(producers)):
+            if ancestors_of(anc, producers) & loop:
                 split.append(loop)
+                in_split |= loop
         return tuple(split)
 
     def recompute_traffic(
