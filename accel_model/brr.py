@@ -363,31 +363,26 @@ class BRR(CostModel):
         depth; a local op with a sliced in-group producer (docs/cost-model.md, "Channel
         slices"). Decided producers first, so it depends only on a node's in-group
         ancestors."""
-        role, producers = self._role, self._producers
-        depth: dict[int, int] = {}
+        role, producers, pred = self._role, self._producers, self.graph.pred_mask
+        depth = [0] * len(role)  # an op outside the group stays at 0: no mixing depth
         even = odd = 0  # sliced under parity 0 (odd depths) and parity 1 (even depths)
         for v in bits(group) if nodes is None else nodes:
-            d, from0, from1 = 0, False, False
+            d = 0
             for p in producers[v]:
-                if group >> p & 1:
-                    if depth[p] > d:
-                        d = depth[p]
-                    if even >> p & 1:
-                        from0 = True
-                    if odd >> p & 1:
-                        from1 = True
+                if depth[p] > d:
+                    d = depth[p]
             r = role[v]
-            if r == _MIXING:
+            if r == _MIXING:  # even and odd hold group ops only: no test of the group
                 d += 1
                 if d & 1:
-                    if not from0:
+                    if not pred[v] & even:
                         even |= 1 << v
-                elif not from1:
+                elif not pred[v] & odd:
                     odd |= 1 << v
             elif r == _LOCAL:
-                if from0:
+                if pred[v] & even:
                     even |= 1 << v
-                if from1:
+                if pred[v] & odd:
                     odd |= 1 << v
             depth[v] = d
         return even, odd
