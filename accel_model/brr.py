@@ -222,6 +222,7 @@ class BRR(CostModel):
         self._split_memo: dict[tuple[Group, Group], tuple[Group, ...]] = {}
         self._pass_memo: dict[tuple[Group, Group, Group, Group], list | str] = {}
         self._traffic_memo: dict[tuple[tuple[Group, ...], Group, Group, Group], tuple] = {}
+        self._near_loops: dict[tuple[Group, ...], Group] = {}  # split -> its ops' _pass_reach
         # per op, what a slice loop holding it reads of the group (recompute_traffic): the
         # op, its producers, the ops below it and the other readers of its inputs
         self._pass_reach = tuple(
@@ -474,13 +475,16 @@ class BRR(CostModel):
         prices many groups that differ elsewhere."""
         if again is None:
             again = self.slice_rereaders((sliced, sliced), group)[2]
-        near, reach = 0, self._pass_reach
-        for ops in split:
-            x = ops
-            while x:
-                low = x & -x
-                near |= reach[low.bit_length() - 1]
-                x ^= low
+        near = self._near_loops.get(split)
+        if near is None:
+            near, reach = 0, self._pass_reach
+            for ops in split:
+                x = ops
+                while x:
+                    low = x & -x
+                    near |= reach[low.bit_length() - 1]
+                    x ^= low
+            self._near_loops[split] = near
         key = (split, group & near, sliced & near, again & near)
         hit = self._traffic_memo.get(key)
         if hit is None:
