@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, reduce
+from operator import or_
 from typing import ClassVar, NamedTuple
 
 from accel_model.accelerator import Accelerator
@@ -22,7 +23,7 @@ from accel_model.layer import (
     single_layer_tiling,
 )
 from accel_model.rows import is_tiling_pool
-from fusionplan.ir.graph import Group, OpGraph, bits
+from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
 
 
 class GroupCost(NamedTuple):
@@ -87,6 +88,16 @@ class CostModel(ABC):
         self._out = tuple(
             tuple((graph.consumer_mask[ti], ti in outs, t[ti].size) for ti in n.outputs)
             for n in graph.nodes
+        )
+        # per op, the ops its inputs come from and its outputs go to, -1 (every op) where
+        # one is a graph input or output: io_elements skips an op whose tensors all stay in
+        # the group without looking at them one by one
+        self._io_near = tuple(
+            (
+                -1 if any(p < 0 for _, p, _ in ins) else mask_of(p for _, p, _ in ins),
+                -1 if any(o for _, o, _ in outs) else reduce(or_, (c for c, _, _ in outs), 0),
+            )
+            for ins, outs in zip(self._in, self._out, strict=True)
         )
 
     # -- the protocol ------------------------------------------------------------------
@@ -328,15 +339,19 @@ class CostModel(ABC):
         """sum |t| over ext_in(g) and ext_out(g), each distinct tensor once."""
         seen_in: set[int] = set()
         total = 0
-        ins, outs = self._in, self._out
+        ins, outs, near = self._in, self._out, self._io_near
+        outside = ~group
         for v in bits(group):
-            for ti, producer, size in ins[v]:
-                if (producer < 0 or not (group >> producer) & 1) and ti not in seen_in:
-                    seen_in.add(ti)
-                    total += size
-            for consumers, is_output, size in outs[v]:
-                if is_output or consumers & ~group:
-                    total += size
+            producers, readers = near[v]
+            if producers & outside:
+                for ti, producer, size in ins[v]:
+                    if (producer < 0 or not (group >> producer) & 1) and ti not in seen_in:
+                        seen_in.add(ti)
+                        total += size
+            if readers & outside:
+                for consumers, is_output, size in outs[v]:
+                    if is_output or consumers & outside:
+                        total += size
         return total
 
     def weight_elements(self, group: Group) -> int:

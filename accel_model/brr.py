@@ -13,7 +13,6 @@ op plays which role). Unary and elementwise ops overwrite their input's rows in 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from accel_model.base import CostModel, GroupCost
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_activation
@@ -22,7 +21,7 @@ from accel_model.registry import COST_MODELS
 from accel_model.rows import input_rows, row_shift, row_window
 from accel_model.schedule import ScheduleError
 from accel_model.windows import concat_offset
-from fusionplan.ir.graph import Group, bits, mask_of
+from fusionplan.ir.graph import Group, ancestors_of, bits, descendants_of, mask_of
 
 _MIXING, _LOCAL, _BARRIER = ChannelRole.MIXING, ChannelRole.LOCAL, ChannelRole.BARRIER
 NO_SLICES = 2
@@ -70,32 +69,25 @@ class BRRTerms:
         self.peak = footprint + weights
         self.rerun = self.reread = 0  # a slice loop's later passes: BRR.recompute_traffic
 
-    def tile(
-        self,
-        b: int,
-        beta: int,
-        footprint_at: Callable[[int], int] | None = None,
-        growth: int = 0,
-    ) -> BRRTerms:
+    def tile(self, b: int, beta: int, lines: list[_Line] | None = None) -> BRRTerms:
         """Set ``resident``, ``h_tile``, ``tiles`` and ``peak`` for a ``beta``-byte buffer.
 
-        ``footprint_at(h)`` is the footprint of a tile of ``h`` output rows, every row it
+        ``lines`` give the footprint ``f(h)`` of a tile of ``h`` output rows, every row it
         reads included (docs/cost-model.md, "BRR"): the tallest tile that fits is taken.
-        Without it the paper's and Optimus's tile rule applies, which grows a tile by
-        ``row_step`` (the ops' rows only) and so can undercount its input rows. ``growth``,
-        when known, bounds how much ``footprint_at`` grows per row (fewer evaluations).
+        Without them the paper's and Optimus's tile rule applies, which grows a tile by
+        ``row_step`` (the ops' rows only) and so can undercount its input rows.
         """
         if b * self.footprint >= beta:
             self.resident, self.h_tile = False, 0  # invalid: layer by layer, weights once
             self.peak = self.footprint
         elif b * (self.weights + self.footprint) >= beta:  # resident iff b*(W + fp) < beta
             self.resident = False
-            if footprint_at is None:
+            if lines is None:
                 self.h_tile = math.floor((beta - b * self.footprint) / (b * self.row_step)) + 1
                 self.peak = self.footprint
             else:
                 self.h_tile, self.peak = _tallest_tile(
-                    footprint_at, self.last_height, b, beta, growth
+                    lines, self.parity, self.last_height, (beta - 1) // b
                 )
             self.tiles = math.ceil(self.last_height / self.h_tile)
         return self
@@ -104,32 +96,6 @@ class BRRTerms:
         """Orders the parities of one group: valid first, then fewer weight reads, then less
         buffer (io does not depend on the parity)."""
         return (b * self.footprint >= beta, self.tiles, self.footprint)
-
-
-def _tallest_tile(
-    footprint_at: Callable[[int], int], height: int, b: int, beta: int, growth: int = 0
-):
-    """(h, footprint_at(h)) for the largest ``h <= height`` whose tile fits (``footprint_at``
-    is non-decreasing and fits at 1): a binary search that first probes the linear guess
-    ``growth`` gives (the footprint's growth per row before caps) and the row above it,
-    usually the answer in two footprints."""
-    lo, lo_fp, hi = 1, footprint_at(1), height
-    probes: list[int] = []
-    if growth > 0:
-        guess = min(height, ((beta - 1) // b - lo_fp) // growth + 1)
-        probes = [guess, guess + 1]
-    elif lo < hi:
-        probes = [height]  # nothing grows: every row fits if one does
-    while lo < hi:
-        mid = probes.pop(0) if probes else (lo + hi + 1) // 2
-        if not lo < mid <= hi:
-            continue
-        fp = footprint_at(mid)
-        if b * fp < beta:
-            lo, lo_fp = mid, fp
-        else:
-            hi = mid - 1
-    return lo, lo_fp
 
 
 _PassMasks = tuple[Group, Group, Group, Group, list[int]]
@@ -142,41 +108,50 @@ _Line = tuple[int, int, int, int, int, int]
 in a one-row tile; rows added per sink row; height)."""
 
 
-def _lines_at(lines: list[_Line], h: int) -> tuple[int, int]:
-    """The footprints (parity 0, parity 1) of a tile of ``h`` sink rows: every row count
-    grows linearly from the one-row tile until it reaches its tensor's height, by its scale
-    rounded up to whole rows (``_rows``). This holds at least the rows the backward pass asks
-    for ``h`` rows: by induction from the sinks, ``ceil((r + (h-1) G - 1) S + K) <=
-    ceil((r - 1) S + K) + (h-1) ceil(G S)``, and the max of such lines is below the line
-    of the maxima (docs/cost-model.md, "BRR")."""
-    f0 = f1 = 0
-    step = h - 1
-    for _, a0, a1, r, g, cap in lines:
-        n = r + step * g
-        if n > cap:
-            n = cap
-        f0 += a0 * n
-        f1 += a1 * n
-    return f0, f1
-
-
-def _lines_linear(lines: list[_Line]) -> tuple[int, int, int, int, float]:
-    """(base 0, base 1, growth 0, growth 1, h_free): for ``h <= h_free`` no row count of
-    ``lines`` has reached its height in a tile of ``h`` sink rows, so ``_lines_at(lines, h)``
-    is ``(base_p + (h - 1) * growth_p)`` for each parity p, a product instead of a walk."""
-    base0 = base1 = g0 = g1 = 0
-    free = math.inf
-    for _, a0, a1, r, g, cap in lines:
-        n = r if r < cap else cap
-        base0 += a0 * n
-        base1 += a1 * n
+def _tallest_tile(lines: list[_Line], parity: int, height: int, limit: int) -> tuple[int, int]:
+    """(h, f(h)) for the tallest tile of ``h <= height`` sink rows whose footprint under
+    ``parity`` is at most ``limit`` elements (one sink row fits; ``NO_SLICES`` reads the
+    parity-0 row sizes of lines collected with no op sliced). Each line's rows grow by
+    its whole-row scale per sink row until they reach its tensor's height (``_rows``), so
+    ``f`` is piecewise linear and non-decreasing: its pieces are walked in the order the
+    lines reach their heights and each is solved in closed form, one pass over the lines
+    instead of probing ``f`` (docs/cost-model.md, "BRR")."""
+    base = slope = 0  # on the current piece, f(x + 1) = base + slope * x
+    caps: list[tuple[int, int, int]] = []  # (x where a line reaches its height, its changes)
+    for line in lines:
+        a = line[2] if parity == 1 else line[1]
+        if not a:
+            continue
+        r, g, cap = line[3], line[4], line[5]
+        if r >= cap:
+            base += a * cap
+            continue
+        base += a * r
         if g:
-            g0 += a0 * g
-            g1 += a1 * g
-            room = (cap - r) // g + 1  # the tallest tile before this line reaches cap
-            if room < free:
-                free = room
-    return base0, base1, g0, g1, free
+            slope += a * g
+            caps.append((-((r - cap) // g), a * (cap - r), a * g))
+    caps.sort()
+    last = height - 1
+    caps.append((last + 1, 0, 0))
+    x, fits = 0, base  # the piece's first x; f(x) of the last x known to fit
+    for t, d_base, d_slope in caps:
+        end = t - 1 if t <= last else last
+        if end >= x:
+            if slope:  # the last x of the piece within the limit (below x: none)
+                y = (limit - base) // slope
+            elif base <= limit:
+                y = end
+            else:
+                y = x - 1
+            if y < end:
+                return (y + 1, base + slope * y) if y >= x else (x, fits)
+            fits = base + slope * end
+            if end == last:
+                return height, fits
+        base += d_base
+        slope -= d_slope
+        x = t
+    raise AssertionError("the last piece ends at the height")
 
 
 @COST_MODELS.register("brr")
@@ -255,6 +230,17 @@ class BRR(CostModel):
         # concats along channels, which a slice loop fills slice by slice (SliceLoops)
         self._split_memo: dict[tuple[Group, Group], tuple[Group, ...]] = {}
         self._pass_memo: dict[tuple[Group, Group, Group, Group], list | str] = {}
+        self._traffic_memo: dict[tuple[tuple[Group, ...], Group, Group, Group], tuple] = {}
+        self._near_loops: dict[tuple[Group, ...], Group] = {}  # split -> its ops' _pass_reach
+        # per op, what a slice loop holding it reads of the group (recompute_traffic): the
+        # op, its producers, the ops below it and the other readers of its inputs
+        self._pass_reach = tuple(
+            (1 << v)
+            | graph.pred_mask[v]
+            | graph.descendant_mask[v]
+            | mask_of(c for ti in node.inputs for c in bits(graph.consumer_mask[ti]))
+            for v, node in enumerate(graph.nodes)
+        )
         self._concat_fills = sum(
             1 << v
             for v, node in enumerate(graph.nodes)
@@ -396,31 +382,26 @@ class BRR(CostModel):
         depth; a local op with a sliced in-group producer (docs/cost-model.md, "Channel
         slices"). Decided producers first, so it depends only on a node's in-group
         ancestors."""
-        role, producers = self._role, self._producers
-        depth: dict[int, int] = {}
+        role, producers, pred = self._role, self._producers, self.graph.pred_mask
+        depth = [0] * len(role)  # an op outside the group stays at 0: no mixing depth
         even = odd = 0  # sliced under parity 0 (odd depths) and parity 1 (even depths)
         for v in bits(group) if nodes is None else nodes:
-            d, from0, from1 = 0, False, False
+            d = 0
             for p in producers[v]:
-                if group >> p & 1:
-                    if depth[p] > d:
-                        d = depth[p]
-                    if even >> p & 1:
-                        from0 = True
-                    if odd >> p & 1:
-                        from1 = True
+                if depth[p] > d:
+                    d = depth[p]
             r = role[v]
-            if r == _MIXING:
+            if r == _MIXING:  # even and odd hold group ops only: no test of the group
                 d += 1
                 if d & 1:
-                    if not from0:
+                    if not pred[v] & even:
                         even |= 1 << v
-                elif not from1:
+                elif not pred[v] & odd:
                     odd |= 1 << v
             elif r == _LOCAL:
-                if from0:
+                if pred[v] & even:
                     even |= 1 << v
-                if from1:
+                if pred[v] & odd:
                     odd |= 1 << v
             depth[v] = d
         return even, odd
@@ -431,38 +412,16 @@ class BRR(CostModel):
         nodes = bits(group)
         rows, scale, last_height, top = self._rows(group, nodes)
         node_weights = self.node_weights
-        weights = sum(node_weights[v] for v in nodes)
+        weights = sum(map(node_weights.__getitem__, nodes))
         b, beta = self.b, self.beta
         sliced = self.sliced_ops(group, nodes) if self._partial else (0, 0)
         if self._physical and self._partial:
             sliced = self.slice_rereaders(sliced, group)
         lines: list[_Line] | None = [] if self._physical else None
         (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, top, sliced, nodes, lines)
-        at0 = at1 = None
-        g0 = g1 = 0  # footprint growth per sink row before any row count reaches its height
-        if lines is not None:
-            tall: dict[int, tuple[int, int]] = {1: (fp0, fp1)}
-            base0, base1, g0, g1, free = _lines_linear(lines)
-
-            def tile_footprints(h: int) -> tuple[int, int]:
-                hit = tall.get(h)
-                if hit is None:
-                    if h <= free:  # no row count has reached its height: linear
-                        hit = (base0 + (h - 1) * g0, base1 + (h - 1) * g1)
-                    else:
-                        hit = _lines_at(lines, h)
-                    tall[h] = hit
-                return hit
-
-            def at0(h: int) -> int:
-                return tile_footprints(h)[0]
-
-            def at1(h: int) -> int:
-                return tile_footprints(h)[1]
-
-        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, at0, g0)
+        best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, lines)
         if self._partial:
-            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, at1, g1)
+            other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, lines)
             if other.dram_key(b, beta) < best.dram_key(b, beta):
                 best = other
             if self._physical and (sliced[0] | sliced[1]):
@@ -473,7 +432,8 @@ class BRR(CostModel):
                 chosen = sliced[best.parity]
                 split = self._split_loops(group, chosen) if chosen else ()
                 if split:
-                    rerun, best.reread = self.recompute_traffic(group, chosen, split)
+                    again = sliced[2 + best.parity]  # its ops that recompute rows
+                    rerun, best.reread = self.recompute_traffic(group, chosen, split, again)
                     best.rerun = 0 if best.resident else rerun
         return best
 
@@ -492,13 +452,7 @@ class BRR(CostModel):
         saves channels (an op accumulating a sliced producer keeps a whole step's rows)."""
         lines: list[_Line] = []
         (fp, rs), _ = self.footprints(group, rows, scale, top, (0, 0), nodes, lines)
-        base, _, growth, _, free = _lines_linear(lines)
-
-        def at(h: int) -> int:
-            return base + (h - 1) * growth if h <= free else _lines_at(lines, h)[0]
-
-        terms = BRRTerms(fp, rs, last_height, weights, NO_SLICES)
-        return terms.tile(self.b, self.beta, at, growth)
+        return BRRTerms(fp, rs, last_height, weights, NO_SLICES).tile(self.b, self.beta, lines)
 
     def slicing(
         self, group: Group, parity: int, nodes: list[int] | None = None
@@ -520,12 +474,7 @@ class BRR(CostModel):
         keeps all its channels and lies below a sliced op of the loop (joined to it by
         edges between sliced ops). It depends on the group only through the whole ops below
         a sliced op: memoised on them."""
-        desc, below, x = self.graph.descendant_mask, 0, sliced
-        while x:
-            low = x & -x
-            below |= desc[low.bit_length() - 1]
-            x ^= low
-        below &= group & ~sliced
+        below = descendants_of(self.graph.descendant_mask, sliced) & group & ~sliced
         if not below:
             return ()
         key = (sliced, below)
@@ -537,59 +486,89 @@ class BRR(CostModel):
     def _loops_reading_below(self, sliced: Group, below: Group) -> tuple[Group, ...]:
         """The loops of :meth:`_split_loops`, given the whole ops ``below`` a sliced op."""
         graph = self.graph
-        succ, pred, anc = graph.succ_mask, graph.pred_mask, graph.ancestor_mask
+        nbr, pred, anc = graph.neighbour_mask, graph.pred_mask, graph.ancestor_mask
         split: list[Group] = []
+        in_split = 0  # the ops of the loops in ``split``
         loops: list[Group] = []  # the loops flooded so far
-        for m in bits(sliced):
-            producers = pred[m] & below
-            if not producers or any(lp >> m & 1 for lp in split):
+        x = sliced
+        while x:
+            low = x & -x
+            x ^= low
+            producers = pred[low.bit_length() - 1] & below
+            if not producers or in_split & low:
                 continue
-            loop = next((lp for lp in loops if lp >> m & 1), 0)
+            loop = next((lp for lp in loops if lp & low), 0)
             if not loop:
-                loop, frontier = 1 << m, 1 << m
+                loop = frontier = low
                 while frontier:
                     v = (frontier & -frontier).bit_length() - 1
                     frontier &= frontier - 1
-                    near = (succ[v] | pred[v]) & sliced & ~loop
+                    near = nbr[v] & sliced & ~loop
                     loop |= near
                     frontier |= near
                 loops.append(loop)
-            if any(anc[p] & loop for p in bits(producers)):
+            if ancestors_of(anc, producers) & loop:
                 split.append(loop)
+                in_split |= loop
         return tuple(split)
 
     def recompute_traffic(
-        self, group: Group, sliced: Group, split: tuple[Group, ...]
+        self, group: Group, sliced: Group, split: tuple[Group, ...], again: Group | None = None
     ) -> tuple[int, int]:
         """(weights streamed again per tile, elements read again) by the later passes of
         the slice loops of ``group`` under the slicing ``sliced`` (those holding an op of
         ``split``; the others run in one pass): a pass recomputes the sliced ops an earlier
         pass computed, streaming their weights again, and reads again the slice-held inputs
-        an earlier pass read (docs/cost-model.md, "Channel slices")."""
-        again = self.slice_rereaders((sliced, sliced), group)[2]
+        an earlier pass read (docs/cost-model.md, "Channel slices"). ``again``: the sliced
+        ops that recompute rows (:meth:`slice_rereaders`), when the caller has them.
+
+        The count reads the group only near the loops' ops (``_pass_reach``: the passes
+        split on the ops below them, the held inputs on their producers and readers), so
+        it is memoised on the group, slicing and recomputing ops there: the exact search
+        prices many groups that differ elsewhere."""
+        if again is None:
+            again = self.slice_rereaders((sliced, sliced), group)[2]
+        near = self._near_loops.get(split)
+        if near is None:
+            near, reach = 0, self._pass_reach
+            for ops in split:
+                x = ops
+                while x:
+                    low = x & -x
+                    near |= reach[low.bit_length() - 1]
+                    x ^= low
+            self._near_loops[split] = near
+        key = (split, group & near, sliced & near, again & near)
+        hit = self._traffic_memo.get(key)
+        if hit is None:
+            hit = self._traffic_memo[key] = self._recompute_traffic(group, sliced, split, again)
+        return hit
+
+    def _recompute_traffic(
+        self, group: Group, sliced: Group, split: tuple[Group, ...], again: Group
+    ) -> tuple[int, int]:
+        """:meth:`recompute_traffic` from scratch."""
         loops = SliceLoops(self, group, sliced)
-        try:
-            passes = [
-                p
-                for ops in split
-                for p in loops.pass_masks(ops, self._held_inputs(group, sliced, again, ops), 0)
-            ]
-        except ScheduleError:
-            return 0, 0  # no schedule: nothing to count
         # an op run in n passes streams its weights n - 1 more times, a tensor read in n
-        # passes is read n - 1 more times: each pass's sum less the sum over their union
+        # passes is read n - 1 more times: what each pass runs or reads again
         weights, sizes = self.node_weights, self._tensor_size
         ran = rerun = reread = 0
         read: set[int] = set()
-        for run, recomputed, partial, _, ts in passes:
-            m = run | recomputed | partial
-            ran |= m
-            rerun += sum(weights[v] for v in bits(m))
-            for t in ts:
-                reread += sizes[t]
-                read.add(t)
-        rerun -= sum(weights[v] for v in bits(ran))
-        reread -= sum(sizes[t] for t in read)
+        try:
+            for ops in split:
+                held = self._held_inputs(group, sliced, again, ops)
+                for run, recomputed, partial, _, ts in loops.pass_masks(ops, held, 0):
+                    m = run | recomputed | partial
+                    if m & ran:
+                        rerun += sum(weights[v] for v in bits(m & ran))
+                    ran |= m
+                    for t in ts:
+                        if t in read:
+                            reread += sizes[t]
+                        else:
+                            read.add(t)
+        except ScheduleError:
+            return 0, 0  # no schedule: nothing to count
         return rerun, reread
 
     def _held_inputs(
@@ -618,13 +597,10 @@ class BRR(CostModel):
         (docs/cost-model.md, "Channel slices"). Descendants only grow with the group, so a
         footprint stays monotone over down-sets."""
         s0, s1 = sliced
-        desc, overlapping = self.graph.descendant_mask, self._overlapping & group
+        overlapping = self._overlapping & group
         if not overlapping:
             return s0, s1, 0, 0
-        again = 0
-        for v in bits((s0 | s1) & group):
-            if desc[v] & overlapping:
-                again |= 1 << v
+        again = group & ancestors_of(self.graph.ancestor_mask, overlapping)
         return s0, s1, s0 & again, s1 & again
 
     def whole_inputs(
@@ -683,7 +659,7 @@ class BRR(CostModel):
         one pass; ``rows``, ``scale`` and ``top`` are :meth:`_rows`'. An external input
         keeps the union of its readers' windows. ``lines`` collects what a taller tile's
         footprint needs: per stored op and external input, its row size under each parity,
-        rows, growth per sink row and height (:func:`_lines_at`)."""
+        rows, growth per sink row and height (:func:`_tallest_tile`)."""
         readers, op_terms, physical = self._tensor_readers, self._op_terms, self._physical
         pred = self.graph.pred_mask
         s0, s1 = sliced[0], sliced[1]
@@ -934,11 +910,7 @@ class SliceLoops:
         The split depends on the group only through its ops below the members (what runs
         after a pass), so it is memoised per (members, their slicing, the group's ops below
         them, ``first``): the exact search prices many groups that differ elsewhere."""
-        below, x = members, members
-        while x:
-            low = x & -x
-            below |= self.desc[low.bit_length() - 1]
-            x ^= low
+        below = members | descendants_of(self.desc, members)
         key = (members, members & self.sliced, self.group & below, first)
         shape = self.memo.get(key)
         if shape is None:

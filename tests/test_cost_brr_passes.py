@@ -5,7 +5,7 @@
 with sets, one op at a time, as the set-based decomposition did before the bitmask rewrite
 (docs/cost-model.md, "Channel slices"), on random groups of random graphs sharing one cost
 model (so memo hits are checked too) and on squeeze-excite chains, where loops do split.
-``_lines_linear`` is held to ``_lines_at`` on random lines.
+``_tallest_tile`` is held to a row-by-row search of the tile footprint on random lines.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accel_model import Accelerator, make_cost_model
-from accel_model.brr import _lines_at, _lines_linear, external_readers
+from accel_model.brr import _tallest_tile, external_readers
 from accel_model.channels import ChannelRole
 from accel_model.schedule import ScheduleError
 from accel_model.windows import concat_offset
@@ -186,6 +186,14 @@ def test_random_groups_count_as_the_set_based_passes(seed, pe):
     _compare_on(cm, groups + groups)  # the second round reads the memo
 
 
+def _footprint_at(lines, parity: int, h: int) -> int:
+    """A tile's footprint of ``h`` sink rows, line by line: each row count grows by its
+    scale per sink row until it reaches its tensor's height (docs/cost-model.md, "BRR")."""
+    return sum(
+        line[1 + parity] * min(r + (h - 1) * g, cap) for *line, r, g, cap in lines
+    )
+
+
 @given(
     lines=st.lists(
         st.tuples(
@@ -197,12 +205,12 @@ def test_random_groups_count_as_the_set_based_passes(seed, pe):
             st.integers(1, 12),
         ),
         max_size=8,
-    )
+    ),
+    parity=st.integers(0, 1),
+    height=st.integers(1, 20),
+    slack=st.integers(0, 400),
 )
-def test_a_tile_is_linear_in_its_height_until_a_row_count_reaches_its_tensor(lines):
-    base0, base1, g0, g1, free = _lines_linear(lines)
-    for h in range(1, 15):
-        if h <= free:
-            assert _lines_at(lines, h) == (base0 + (h - 1) * g0, base1 + (h - 1) * g1)
-    if free < 15:  # and at the first taller tile some row count is capped
-        assert any(r + (int(free) * g) > cap for _, _, _, r, g, cap in lines if g)
+def test_the_tallest_tile_is_the_last_height_whose_footprint_fits(lines, parity, height, slack):
+    limit = _footprint_at(lines, parity, 1) + slack  # one sink row fits
+    h = max(h for h in range(1, height + 1) if _footprint_at(lines, parity, h) <= limit)
+    assert _tallest_tile(lines, parity, height, limit) == (h, _footprint_at(lines, parity, h))

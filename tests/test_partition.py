@@ -15,7 +15,9 @@ from fusionplan.ir.graph import (
     Node,
     OpGraph,
     Tensor,
+    ancestors_of,
     bits,
+    descendants_of,
     is_weakly_connected,
     mask_of,
     quotient_order,
@@ -225,3 +227,22 @@ def test_topological_cut_never_creates_cycles(seed):
 def test_topological_positions():
     assert topological_positions(mask_of([2, 5, 7])) == [2, 5]
     assert topological_positions(1 << 4) == []
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_descendants_and_ancestors_of_a_set_are_the_unions_over_its_ops(seed):
+    graph = random_dag(14, seed)
+    rng = random.Random(seed)
+    desc, anc = graph.descendant_mask, graph.ancestor_mask
+    for _ in range(50):
+        ops = rng.randrange(1 << len(graph))
+        assert descendants_of(desc, ops) == mask_of_union(desc, ops)
+        assert ancestors_of(anc, ops) == mask_of_union(anc, ops)
+
+
+def mask_of_union(masks, ops: int) -> int:
+    """The union of ``masks[v]`` over the ops of ``ops``, one op at a time."""
+    out = 0
+    for v in bits(ops):
+        out |= masks[v]
+    return out

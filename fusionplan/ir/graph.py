@@ -244,6 +244,31 @@ def highest(mask: Group) -> int:
     return mask.bit_length() - 1
 
 
+def descendants_of(desc: Sequence[Group], ops: Group) -> Group:
+    """Every strict descendant of the ops ``ops`` (``desc``: ``OpGraph.descendant_mask``).
+    Ops are taken in topological order and an op below one already taken is skipped (its
+    descendants are among that one's), so a chain of ops costs one union, not one per op."""
+    out = 0
+    while ops:
+        low = ops & -ops
+        d = desc[low.bit_length() - 1]
+        out |= d
+        ops = (ops ^ low) & ~d
+    return out
+
+
+def ancestors_of(anc: Sequence[Group], ops: Group) -> Group:
+    """Every strict ancestor of the ops ``ops`` (``anc``: ``OpGraph.ancestor_mask``), the
+    last ops first, skipping those above one already taken (as :func:`descendants_of`)."""
+    out = 0
+    while ops:
+        v = ops.bit_length() - 1
+        a = anc[v]
+        out |= a
+        ops = (ops ^ (1 << v)) & ~a
+    return out
+
+
 # --------------------------------------------------------------------- graph functions
 def _reach(nbr: tuple[Group, ...], seed: Group, within: Group) -> Group:
     """Nodes of ``within`` reachable from ``seed`` over undirected edges (BFS by frontier)."""
