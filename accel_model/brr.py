@@ -418,13 +418,18 @@ class BRR(CostModel):
         if self._physical and self._partial:
             sliced = self.slice_rereaders(sliced, group)
         lines: list[_Line] | None = [] if self._physical else None
-        (fp0, rs0), (fp1, rs1) = self.footprints(group, rows, scale, top, sliced, nodes, lines)
+        excess = [False, False]
+        (fp0, rs0), (fp1, rs1) = self.footprints(
+            group, rows, scale, top, sliced, nodes, lines, excess
+        )
         best = BRRTerms(fp0, rs0, last_height, weights, 0).tile(b, beta, lines)
         if self._partial:
             other = BRRTerms(fp1, rs1, last_height, weights, 1).tile(b, beta, lines)
             if other.dram_key(b, beta) < best.dram_key(b, beta):
                 best = other
-            if self._physical and (sliced[0] | sliced[1]):
+            # a parity that holds no more than NO_SLICES anywhere ranks no worse at every
+            # tile height (each line's row size no larger, same rows): no need to price it
+            if self._physical and (sliced[0] | sliced[1]) and excess[0] and excess[1]:
                 whole = self._unsliced_terms(group, rows, scale, top, nodes, last_height, weights)
                 if whole.dram_key(b, beta) < best.dram_key(b, beta):
                     best = whole
@@ -653,13 +658,16 @@ class BRR(CostModel):
         sliced: tuple[Group, ...],
         nodes: list[int] | None = None,
         lines: list[_Line] | None = None,
+        excess: list[bool] | None = None,
     ) -> tuple[tuple[int, float], tuple[int, float]]:
         """(footprint, row step) in elements of ``group`` under each of its two slicings
         ``sliced`` (:meth:`sliced_ops`, optionally extended by :meth:`slice_rereaders`), in
         one pass; ``rows``, ``scale`` and ``top`` are :meth:`_rows`'. An external input
         keeps the union of its readers' windows. ``lines`` collects what a taller tile's
         footprint needs: per stored op and external input, its row size under each parity,
-        rows, growth per sink row and height (:func:`_tallest_tile`)."""
+        rows, growth per sink row and height (:func:`_tallest_tile`). ``excess[p]`` is set
+        when parity ``p`` holds some tensor with more rows or channels than no slicing would
+        (an op's grown rows, an in-place write it forbids, a whole external input)."""
         readers, op_terms, physical = self._tensor_readers, self._op_terms, self._physical
         pred = self.graph.pred_mask
         s0, s1 = sliced[0], sliced[1]
@@ -675,10 +683,11 @@ class BRR(CostModel):
                 op_terms[v]
             )
             bit = 1 << v
-            keeps0 = keeps1 = keeps
+            keeps0 = keeps1 = keeps_whole = keeps
             if keeps:
                 for ti, p in in_place:
                     if p >= 0 and group >> p & 1 and readers[ti] & group == bit:
+                        keeps_whole = False
                         # written over the input it alone reads in the group; a sliced op
                         # only over a sliced producer (a recompute, of its rows or in a later
                         # pass, reads a whole producer's rows again)
@@ -699,6 +708,11 @@ class BRR(CostModel):
                         h0 = grow_rows
                     if pred[v] & group & s1 and not s1 & bit:
                         h1 = grow_rows
+                if excess is not None and (not keeps_whole or h0 > need or h1 > need):
+                    if keeps0 and (h0 > need or not keeps_whole):
+                        excess[0] = True
+                    if keeps1 and (h1 > need or not keeps_whole):
+                        excess[1] = True
                 c0 = (c_slice if s0 & bit else c_out) if keeps0 else 0
                 fp0 += c0 * h0 * w_out
                 rs0 += c0 * sc * w_out
@@ -724,6 +738,11 @@ class BRR(CostModel):
                     # input; any other reader takes it a channel slice at a time
                     whole0 = whole or (mixing and s0 & bit) or again0 & bit
                     whole1 = whole or (mixing and s1 & bit) or again1 & bit
+                    if excess is not None and not whole:
+                        if whole0:
+                            excess[0] = True
+                        if whole1:
+                            excess[1] = True
                 n = n_in if n_in < h_in else h_in
                 w0 = cw if whole0 else slice_cw
                 w1 = cw if whole1 else slice_cw
