@@ -14,14 +14,16 @@ import os
 import platform
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from fusionplan.app.bench import render
 from fusionplan.app.bench.experiments import BenchConfig, Run, planned_runs
 from fusionplan.app.bench.runner import ResultStore, run_all
 from fusionplan.app.bench.valid_share import valid_share
-from fusionplan.engines import Engine, LocalEngine
+from fusionplan.engines import Engine, Job, LocalEngine, TaskFn
+from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.io import write_text_atomic
 
 __all__ = ["BenchConfig", "Run", "planned_runs", "run_bench", "splice"]
@@ -40,6 +42,27 @@ def machine_line() -> str:
         f"{os.cpu_count()} CPU ({cpu}), Python {platform.python_version()}, "
         f"torch {torch.__version__}, {platform.system()} {platform.release()}"
     )
+
+
+def per_model(
+    fn: TaskFn,
+    models: Sequence[str],
+    shared: Any,
+    engine: Engine | None,
+    what: str,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Any]:
+    """``fn(model, shared)`` for every model, one task each on ``engine`` (default: this
+    process), in ``models``' order; a failed model stops the bench naming ``what`` failed."""
+    found: dict[int, Any] = {}
+    with Job(engine or LocalEngine(1), fn, models, shared=shared) as job:
+        for outcome in job:
+            if not outcome.ok:
+                raise FusionPlanError(f"{what} {models[outcome.index]} failed: {outcome.error}")
+            found[outcome.index] = outcome.value
+            if progress:
+                progress(len(found), len(models))
+    return [found[i] for i in range(len(models))]
 
 
 def splice(path: Path, section: str, *, begin: str = BEGIN, end: str = END) -> str:

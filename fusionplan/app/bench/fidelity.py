@@ -27,15 +27,14 @@ from accel_model import Accelerator, make_cost_model
 from accel_model.accelerator import parse_size
 from accel_model.io_bounds import fast_memory, io_lower_bound
 from data.zoo import load_zoo_model, zoo_names
-from fusionplan.app.bench import machine_line
+from fusionplan.app.bench import machine_line, per_model
 from fusionplan.app.bench.certified import publish_section
 from fusionplan.app.bench.optimus import BUFFERS as OPTIMUS_BUFFERS
 from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
 from fusionplan.app.bench.optimus import run_optimus_bench
 from fusionplan.app.bench.optimus_oracle import OptimusRunner
 from fusionplan.app.bench.replay_table import replay_table
-from fusionplan.engines import Engine, Job, LocalEngine
-from fusionplan.ir.errors import FusionPlanError
+from fusionplan.engines import Engine
 from fusionplan.ir.graph import OpGraph
 
 SCHEMES = ("lbdf", "brr")
@@ -107,17 +106,10 @@ def bounds_row(name: str, points: Sequence[tuple[str, int]]) -> Row:
 def bounds_rows(config: FidelityConfig, progress: Progress | None = None) -> list[Row]:
     """Every model's :func:`bounds_row`, one task per model on ``config.engine``, in the
     config's model order."""
-    rows: dict[int, Row] = {}
-    engine = config.engine or LocalEngine(1)
-    with Job(engine, bounds_row, config.models, shared=config.points()) as job:
-        for outcome in job:
-            if not outcome.ok:
-                name = config.models[outcome.index]
-                raise FusionPlanError(f"bounding {name}'s layers failed: {outcome.error}")
-            rows[outcome.index] = outcome.value
-            if progress:
-                progress(len(rows), len(config.models))
-    return [rows[i] for i in sorted(rows)]
+    return per_model(
+        bounds_row, config.models, config.points(), config.engine, "bounding the layers of",
+        progress,
+    )  # fmt: skip
 
 
 def _spread(ratios: Sequence[float]) -> str:

@@ -22,10 +22,9 @@ from accel_model.replay import ReplayError, replay
 from accel_model.schedule import ScheduleError, build_schedule
 from data.synthetic import randwire
 from data.zoo import load_zoo_model
-from fusionplan.app.bench import machine_line
+from fusionplan.app.bench import machine_line, per_model
 from fusionplan.app.pipeline import PlanRequest, plan_graph
-from fusionplan.engines import Engine, Job, LocalEngine
-from fusionplan.ir.errors import FusionPlanError
+from fusionplan.engines import Engine
 from fusionplan.ir.graph import Group, OpGraph, bits
 from fusionplan.ir.onnx_import import graph_from_proto
 
@@ -97,16 +96,13 @@ def zoo_counts(
     """Outcome counts per (profile, scheme, buffer) over every group of every zoo plan,
     one task per model on ``config.engine`` (default: this process)."""
     counts: dict[tuple[str, str, str], Counter] = {c: Counter() for c in cells(config.buffers)}
-    engine = config.engine or LocalEngine(1)
-    with Job(engine, model_counts, config.models, shared=config.buffers) as job:
-        for done, outcome in enumerate(job, 1):
-            if not outcome.ok:
-                name = config.models[outcome.index]
-                raise FusionPlanError(f"replaying {name}'s plans failed: {outcome.error}")
-            for cell, found in outcome.value.items():
-                counts[cell].update(found)
-            if progress:
-                progress(done, len(config.models))
+    found = per_model(
+        model_counts, config.models, config.buffers, config.engine, "replaying the plans of",
+        progress,
+    )  # fmt: skip
+    for per_cell in found:
+        for cell, c in per_cell.items():
+            counts[cell].update(c)
     return counts
 
 
