@@ -183,8 +183,9 @@ class CostModel(ABC):
     def _epilogue_core(self, group: Group) -> int | None:
         """The op ``group`` is, with an epilogue applied to each output as it is produced: up
         to 3 ops, each elementwise over in-group inputs of its own shape (a bias, an
-        activation, a residual add) or a non-overlapping pooling of one in-group input;
-        None for any other group (docs/cost-model.md, "Single-layer cost")."""
+        activation, a residual add) or a non-overlapping pooling of one in-group input, and
+        none reading the core's own input; None for any other group (docs/cost-model.md,
+        "Single-layer cost")."""
         if group.bit_count() > 4 or not self._epilogue_ops:
             return None
         core = (group & -group).bit_length() - 1
@@ -192,10 +193,11 @@ class CostModel(ABC):
         if rest & ~self._epilogue_ops:
             return None
         shapes, pred, nodes = self._out_shape, self.graph.pred_mask, self.graph.nodes
+        core_inputs = set(nodes[core].inputs)
         for e in bits(rest):
             producers = bits(pred[e] & group)
-            if not producers:
-                return None
+            if not producers or core_inputs.intersection(nodes[e].inputs):
+                return None  # the core's order keeps no copy of its input beside its outputs
             if nodes[e].kind == "pool":
                 if len(producers) > 1:
                     return None

@@ -356,13 +356,12 @@ def test_layer_schedules_move_the_layer_cost(name, scheme, b):
     assert seen or name in ("linear_gelu", "split_model", "fan_out", "upsample_chain")
 
 
-# derandomized: the same examples every run (the counterexample found is pinned below)
+# derandomized: the same examples every run
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 10_000), beta=st.sampled_from(BUFFERS), b=st.sampled_from([1, 2]))
-@example(seed=2406, beta=400, b=1).xfail(
-    raises=AssertionError,
-    reason="a layer group moves 9000 B where its closed form charges 7976 (open)",
-)
+# x + conv(x): an epilogue reading its core's input is not priced as one (it moved 9000 B
+# where the epilogue formula charged 7976)
+@example(seed=2406, beta=400, b=1)
 def test_layer_and_epilogue_groups_of_random_graphs_replay_exactly(seed, beta, b):
     # every layer- or epilogue-priced group of up to 3 ops: replayed DRAM = cost.dram and
     # peak = cost.buffer < beta (the default profile)
