@@ -8,6 +8,7 @@ group is computed once; searches ask about the same groups many times.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from array import array
 from dataclasses import dataclass
 from functools import cached_property, reduce
 from operator import or_
@@ -37,6 +38,7 @@ class CacheStats:
     queries: int = 0
     hits: int = 0
     work: int = 0  # ops costed from scratch x work_per_op: the searches' work measure
+    shape_hits: int = 0  # misses answered by a group of the same shape (not counted in work)
 
     @property
     def hit_rate(self) -> float:
@@ -107,10 +109,83 @@ class CostModel(ABC):
         if hit is not None:
             self.stats.hits += 1
             return hit
+        # the work counts every group new to this memo, same-shape or not, so that a
+        # search's budget (and so its answer) does not depend on this second memo
         self.stats.work += group.bit_count() * self.work_per_op
-        result = self._evaluate(group)
+        if self.shape_invariant:
+            key = self._shape_key(group)
+            result = self._by_shape.get(key)
+            if result is None:
+                result = self._by_shape[key] = self._evaluate(group)
+            else:
+                self.stats.shape_hits += 1
+        else:
+            result = self._evaluate(group)
         self._memo[group] = result
         return result
+
+    # a scheme whose default-profile cost of a group is a function of the group's shape
+    # (:meth:`_shape_key`): its ops' attributes and tensor shapes, the edges among them and
+    # which outputs leave it
+    shape_costs: ClassVar[bool] = False
+
+    @cached_property
+    def shape_invariant(self) -> bool:
+        """Whether groups of one shape share a cost here: the tools' conventions look at
+        more (Optimus's first layer), so they keep the one memo by mask."""
+        return self.physical_rows and self.shape_costs
+
+    @cached_property
+    def _by_shape(self) -> dict[bytes, GroupCost]:
+        return {}
+
+    @cached_property
+    def _shape_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Per op, a small id of everything about it a cost reads (attributes, weights
+        counted, tensor shapes, which outputs are used or graph outputs, whether it runs
+        free alone or as an epilogue), and per tensor its index among its producer's
+        outputs (-1 for a graph input)."""
+        g, t = self.graph, self.graph.tensors
+        outs, cons = g.graph_output_set, g.consumer_mask
+        ids: dict[tuple, int] = {}
+        per_op = []
+        for v, n in enumerate(g.nodes):
+            fact = (
+                n.op_type, n.kind, n.kernel, n.stride, n.pads, n.groups, n.dilation, n.macs,
+                n.whole_input, self.node_weights[v], self.free_alone >> v & 1,
+                self._epilogue_ops >> v & 1,
+                tuple(t[ti].shape for ti in n.inputs),
+                tuple((t[ti].shape, bool(cons[ti]) or ti in outs) for ti in n.outputs),
+            )  # fmt: skip
+            per_op.append(ids.setdefault(fact, len(ids)))
+        index = [-1] * len(t)
+        for n in g.nodes:
+            for i, ti in enumerate(n.outputs):
+                index[ti] = i
+        return tuple(per_op), tuple(index)
+
+    def _shape_key(self, group: Group) -> bytes:
+        """The shape of ``group``: in label order, each op's id, then per input the
+        position and output index of its in-group producer or the order in which the
+        group first reads it from outside (a negative number), then per output whether it
+        leaves the group, packed as 32-bit integers (an exact key, a quarter of a tuple's
+        memory). Groups of one shape are translates (repeated blocks)."""
+        per_op, index = self._shape_ids
+        nodes = bits(group)
+        pos = {v: i for i, v in enumerate(nodes)}
+        outside: dict[int, int] = {}
+        key: list = []
+        ins, outs = self._in, self._out
+        for v in nodes:
+            key.append(per_op[v])
+            for ti, p, _ in ins[v]:
+                if p >= 0 and group >> p & 1:
+                    key.append(pos[p] << 8 | index[ti])
+                else:
+                    key.append(~outside.setdefault(ti, len(outside)))
+            for readers, is_output, _ in outs[v]:
+                key.append(is_output or bool(readers & ~group))
+        return array("i", key).tobytes()
 
     def buffer_bytes(self, group: Group) -> int:
         return self.cost(group).buffer

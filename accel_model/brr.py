@@ -157,6 +157,7 @@ def _tallest_tile(lines: list[_Line], parity: int, height: int, limit: int) -> t
 @COST_MODELS.register("brr")
 class BRR(CostModel):
     name = "brr"
+    shape_costs = True  # every default-profile term reads shapes and in-group edges
     work_per_op = 3  # rows, slices and footprints under two parities: ~3x LBDF per op
 
     def __init__(self, graph, accel) -> None:
@@ -280,6 +281,8 @@ class BRR(CostModel):
             )
             for v, (c, h, w) in enumerate(self._out_shape)
         )
+        # buffer_floor counts the tensors a node set reads from outside (every op stored)
+        self._reads_floor = self._physical and all(self._stored)
         self._fractional_reads = "fractional-weight-reads" in conventions
         # Optimus's networks have no activations: a group led by one is led by its conv
         self._local_mask = (
@@ -314,22 +317,65 @@ class BRR(CostModel):
         if self._optimus is not None:
             return self.b * self._optimus.floor(nodes)
         # In any group G containing ``nodes`` every node keeps >= 1 row (heights >= 1), and a
-        # node with a consumer y in ``nodes`` keeps >= the rows y needs for one output row
-        # (input_rows is non-decreasing in the rows y keeps, which are >= 1), of at least its
-        # slice of channels; an op that may run in place, or takes no buffer, counts 0.
+        # node with consumers in ``nodes`` keeps >= the rows each needs for the rows it
+        # keeps itself: by induction from the last ops (``_rows`` keeps the union of its
+        # readers' windows, each non-decreasing in the reader's rows), G only adds readers
+        # and rows. Each keeps at least its slice of channels, in its own region or, run in
+        # place, in the region of the same-shape input it overwrites (one that no other op
+        # of ``nodes`` counts unless that input's producer is in ``nodes``: then it counts
+        # 0). An op that takes no buffer counts 0; its rows still reach its producers.
+        # Under the default profile (every op stored) a tensor that ``nodes`` reads from
+        # outside keeps the rows its readers there need, at least a slice of channels: as
+        # an external input of G or in its producer's region (or the region its producer
+        # overwrites), which no op of ``nodes`` counts unless it runs in place over it: an
+        # op counted above may overwrite one input that it alone reads in ``nodes``, so the
+        # largest such input of each is left out, and so is a tensor whose producer may
+        # overwrite, through ops outside ``nodes``, a tensor made in ``nodes``.
         if not self.monotone_over_downsets():
             return 0
         succ, total = self.graph.succ_mask, 0
-        for x in bits(nodes):
-            if not self._stored[x] or self._in_place[x]:
-                continue
+        rows: dict[int, int] = {}
+        outside: dict[int, int] = {}  # tensor read from outside ``nodes`` -> what it keeps
+        hosts: list[list[int]] = []  # per op counted, the inputs it may overwrite
+        readers = self._tensor_readers
+        for x in reversed(bits(nodes)):
             _, h_out, w_out = self._out_shape[x]
-            rows = 1
+            need = 1
             for y in bits(succ[x] & nodes):
                 k, s = self._window[y]
-                rows = max(rows, input_rows(k, s, 1, h_out))
-            total += self._slice[x] * rows * w_out
+                need = max(need, input_rows(k, s, rows[y], h_out))
+            rows[x] = need
+            in_place = self._in_place[x]
+            if self._stored[x] and not any(nodes >> p & 1 for _, p in in_place if p >= 0):
+                total += self._slice[x] * need * w_out
+                hosts.append([ti for ti, _ in in_place if readers[ti] & nodes == 1 << x])
+            if self._reads_floor:
+                k, s = self._window[x]
+                for ti, p, _, h_in, slice_cw in self._ext_in[x]:
+                    if p < 0 or not nodes >> p & 1:
+                        held = input_rows(k, s, need, h_in) * slice_cw
+                        if held > outside.get(ti, 0):
+                            outside[ti] = held
+        if outside:
+            total += sum(held for ti, held in outside.items() if not self._joins(ti, nodes))
+            total -= sum(max((outside[ti] for ti in h), default=0) for h in hosts)
         return self.b * total
+
+    def _joins(self, ti: int, nodes: Group) -> bool:
+        """Whether tensor ``ti``, made outside ``nodes``, may share a region with a tensor
+        made in ``nodes``: its producer runs in place over an input that no op of ``nodes``
+        reads (one it reads has another reader, so it is nobody's sole input), made in
+        ``nodes`` or, in turn, by such a producer."""
+        tensors, readers, in_place = self.graph.tensors, self._tensor_readers, self._in_place
+        todo = [ti]
+        while todo:
+            p = tensors[todo.pop()].producer
+            for t, q in in_place[p] if p >= 0 else ():
+                if q >= 0 and not readers[t] & nodes:
+                    if nodes >> q & 1:
+                        return True
+                    todo.append(t)
+        return False
 
     def _rows(
         self, group: Group, nodes: list[int], sink_rows: int = 1

@@ -136,6 +136,7 @@ def lbdf_read_timing(graph: OpGraph, clock: int, v: int, i: int) -> tuple[int, R
 @COST_MODELS.register("lbdf")
 class LBDF(CostModel):
     name = "lbdf"
+    shape_costs = True  # every default-profile term reads shapes and in-group edges
 
     def __init__(self, graph, accel) -> None:
         super().__init__(graph, accel)

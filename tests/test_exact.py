@@ -26,8 +26,10 @@ from accel_model.accelerator import OPTIMUS_APPROXIMATIONS
 from accel_model.brr import BRR
 from accel_model.lbdf import LBDF
 from accel_model.registry import cost_model_class
+from data.synthetic import resnet_block_stack
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits, weak_components
+from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.planning.split import make_splitter
 from search import ExactConfig, FusionProblem, make_search, search_names
 from search.effort import EXACT_UNITS
@@ -479,3 +481,28 @@ def test_refusal_is_quick():
     with pytest.raises(ConfigError):
         make_search("exact").run(make_problem(wide_dag(16, 3), "lbdf", 64 * 1024), 0)
     assert time.perf_counter() - t0 < 2.0
+
+
+# ------------------------------------------------------------------------ shape memo
+@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+def test_groups_of_one_shape_share_a_cost_and_change_nothing(scheme):
+    # five identical residual blocks: the exact search prices each shape once (a translate
+    # of a priced group is answered from the shape memo), every answer equals a fresh
+    # pricing, and the plan, its work units and its proof are those of a mask-only memo
+    graph = graph_from_proto(resnet_block_stack(5, channels=8, size=8))
+    found = {}
+    for by_shape in (True, False):
+        cm = cost_model_class(scheme)(graph, accelerator(scheme, 6000))
+        cm.shape_invariant = by_shape
+        problem = FusionProblem(cm, make_splitter("tree", cm, 0), 1)
+        result = make_search("exact").run(problem, 0)
+        assert result.exact.optimal
+        found[by_shape] = (sorted(result.best.groups), result.best.dram, cm.stats.work)
+        if by_shape:
+            # at least each op of blocks 2-5 alone is the translate of block 1's op
+            assert cm.stats.shape_hits >= 4 * 5
+            assert len(cm._by_shape) + cm.stats.shape_hits == len(cm._memo)
+            assert all(c == cm.compute_uncached(g) for g, c in cm._memo.items())
+    assert found[True] == found[False]
+    paper = cost_model_class(scheme)(graph, accelerator(scheme, 6000, single_layer="paper"))
+    assert not paper.shape_invariant  # the tools' conventions keep the memo by mask
