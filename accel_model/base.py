@@ -136,17 +136,22 @@ class CostModel(ABC):
         return self.physical_rows and self.shape_costs
 
     @cached_property
-    def _by_shape(self) -> dict[bytes, GroupCost]:
+    def _by_shape(self) -> dict[tuple[int, bytes], GroupCost]:
         return {}
 
     @cached_property
-    def _shape_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Per op, a small id of everything about it a cost reads (attributes, weights
-        counted, tensor shapes, which outputs are used or graph outputs, whether it runs
-        free alone or as an epilogue), and per tensor its index among its producer's
-        outputs (-1 for a graph input)."""
+    def _shape_ids(self) -> tuple[int, ...]:
+        """Per op, a small id of everything about it and its surroundings a cost reads: its
+        attributes, weights counted and tensor shapes, whether it runs free alone or as an
+        epilogue, and, as label offsets from it, where each input comes from (producer and
+        output index; a graph input by name) and where each output goes (its readers, and
+        whether it is a graph output)."""
         g, t = self.graph, self.graph.tensors
         outs, cons = g.graph_output_set, g.consumer_mask
+        index = [0] * len(t)
+        for n in g.nodes:
+            for i, ti in enumerate(n.outputs):
+                index[ti] = i
         ids: dict[tuple, int] = {}
         per_op = []
         for v, n in enumerate(g.nodes):
@@ -154,38 +159,27 @@ class CostModel(ABC):
                 n.op_type, n.kind, n.kernel, n.stride, n.pads, n.groups, n.dilation, n.macs,
                 n.whole_input, self.node_weights[v], self.free_alone >> v & 1,
                 self._epilogue_ops >> v & 1,
-                tuple(t[ti].shape for ti in n.inputs),
-                tuple((t[ti].shape, bool(cons[ti]) or ti in outs) for ti in n.outputs),
+                tuple(
+                    (t[ti].shape, v - t[ti].producer, index[ti]) if t[ti].producer >= 0
+                    else (t[ti].shape, t[ti].name)
+                    for ti in n.inputs
+                ),
+                tuple(
+                    (t[ti].shape, ti in outs, tuple(c - v for c in bits(cons[ti])))
+                    for ti in n.outputs
+                ),
             )  # fmt: skip
             per_op.append(ids.setdefault(fact, len(ids)))
-        index = [-1] * len(t)
-        for n in g.nodes:
-            for i, ti in enumerate(n.outputs):
-                index[ti] = i
-        return tuple(per_op), tuple(index)
+        return tuple(per_op)
 
-    def _shape_key(self, group: Group) -> bytes:
-        """The shape of ``group``: in label order, each op's id, then per input the
-        position and output index of its in-group producer or the order in which the
-        group first reads it from outside (a negative number), then per output whether it
-        leaves the group, packed as 32-bit integers (an exact key, a quarter of a tuple's
-        memory). Groups of one shape are translates (repeated blocks)."""
-        per_op, index = self._shape_ids
-        nodes = bits(group)
-        pos = {v: i for i, v in enumerate(nodes)}
-        outside: dict[int, int] = {}
-        key: list = []
-        ins, outs = self._in, self._out
-        for v in nodes:
-            key.append(per_op[v])
-            for ti, p, _ in ins[v]:
-                if p >= 0 and group >> p & 1:
-                    key.append(pos[p] << 8 | index[ti])
-                else:
-                    key.append(~outside.setdefault(ti, len(outside)))
-            for readers, is_output, _ in outs[v]:
-                key.append(is_output or bool(readers & ~group))
-        return array("i", key).tobytes()
+    def _shape_key(self, group: Group) -> tuple[int, bytes]:
+        """The shape of ``group``: its mask moved down to its lowest op, and each op's id
+        (:attr:`_shape_ids`) packed as 32-bit integers. Two groups with one key are
+        translates with the same surroundings (a repeated block): each op reads the same
+        tensors at the same offsets, in or out of the group, and feeds the same readers."""
+        low = (group & -group).bit_length() - 1
+        ids = self._shape_ids
+        return group >> low, array("i", [ids[v] for v in bits(group)]).tobytes()
 
     def buffer_bytes(self, group: Group) -> int:
         return self.cost(group).buffer

@@ -486,7 +486,7 @@ def test_refusal_is_quick():
 # ------------------------------------------------------------------------ shape memo
 @pytest.mark.parametrize("scheme", ["lbdf", "brr"])
 def test_groups_of_one_shape_share_a_cost_and_change_nothing(scheme):
-    # five identical residual blocks: the exact search prices each shape once (a translate
+    # five residual blocks: the exact search prices each shape once (a translate
     # of a priced group is answered from the shape memo), every answer equals a fresh
     # pricing, and the plan, its work units and its proof are those of a mask-only memo
     graph = graph_from_proto(resnet_block_stack(5, channels=8, size=8))
@@ -499,8 +499,9 @@ def test_groups_of_one_shape_share_a_cost_and_change_nothing(scheme):
         assert result.exact.optimal
         found[by_shape] = (sorted(result.best.groups), result.best.dram, cm.stats.work)
         if by_shape:
-            # at least each op of blocks 2-5 alone is the translate of block 1's op
-            assert cm.stats.shape_hits >= 4 * 5
+            # at least each op of blocks 3 and 4 alone is the translate of block 2's op,
+            # with the same surroundings (block 1 reads the graph input, 5 writes the output)
+            assert cm.stats.shape_hits >= 2 * 5
             assert len(cm._by_shape) + cm.stats.shape_hits == len(cm._memo)
             assert all(c == cm.compute_uncached(g) for g, c in cm._memo.items())
     assert found[True] == found[False]
