@@ -4,9 +4,11 @@ default profile below its bound."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -26,6 +28,7 @@ from accel_model.io_bounds import (
 )
 from accel_model.layer import layer_geometry, loop_orders
 from data.zoo import load_zoo_model, zoo_names
+from fusionplan.app.bench import replay_table
 from fusionplan.app.bench.fidelity import FidelityConfig, markers, run_fidelity
 from fusionplan.app.cli import main
 from fusionplan.ir.errors import FusionPlanError
@@ -289,6 +292,26 @@ def test_no_single_layer_cost_of_the_torchvision_catalogue_is_below_its_bound():
 
 
 # ------------------------------------------------------------------ bench fidelity
+def test_the_replay_table_resumes_from_its_finished_models(tmp_path, monkeypatch):
+    # each model's counts are kept as they finish: a second run (after a stop) replays only
+    # the models it lacks and sums the kept ones with them
+    ran = []
+
+    def counts(model, buffers):
+        ran.append(model)
+        return {("fusionplan", "brr", b): Counter(groups=len(model), equal=1) for b in buffers}
+
+    monkeypatch.setattr(replay_table, "model_counts", counts)
+    config = FidelityConfig(("vgg16", "resnet18"), ("64KB",), (1,), cache=tmp_path / "cache")
+    first = replay_table.zoo_counts(config)
+    assert ran == ["vgg16", "resnet18"]
+    assert first[("fusionplan", "brr", "64KB")] == Counter(groups=5 + 8, equal=2)
+    more = dataclasses.replace(config, models=("vgg16", "resnet18", "squeezenet"))
+    again = replay_table.zoo_counts(more)
+    assert ran == ["vgg16", "resnet18", "squeezenet"]
+    assert again[("fusionplan", "brr", "64KB")] == Counter(groups=5 + 8 + 10, equal=3)
+
+
 @pytest.mark.slow
 def test_bench_fidelity_publishes_each_layers_cost_over_its_bound(tmp_path):
     report = tmp_path / "results.md"

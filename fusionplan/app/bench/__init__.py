@@ -51,15 +51,19 @@ def per_model(
     engine: Engine | None,
     what: str,
     progress: Callable[[int, int], None] | None = None,
+    done: Callable[[str, Any], None] | None = None,
 ) -> list[Any]:
     """``fn(model, shared)`` for every model, one task each on ``engine`` (default: this
-    process), in ``models``' order; a failed model stops the bench naming ``what`` failed."""
+    process), in ``models``' order; a failed model stops the bench naming ``what`` failed.
+    ``done(model, value)`` sees each result as it arrives (a bench keeps it, to resume)."""
     found: dict[int, Any] = {}
     with Job(engine or LocalEngine(1), fn, models, shared=shared) as job:
         for outcome in job:
             if not outcome.ok:
                 raise FusionPlanError(f"{what} {models[outcome.index]} failed: {outcome.error}")
             found[outcome.index] = outcome.value
+            if done:
+                done(models[outcome.index], outcome.value)
             if progress:
                 progress(len(found), len(models))
     return [found[i] for i in range(len(models))]

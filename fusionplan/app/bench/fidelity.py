@@ -56,6 +56,7 @@ class FidelityConfig:
     engine: Engine | None = None  # where the per-model tasks run (None: this process)
     optimus_limit_s: float = 60.0  # work per exact search of the optimus table
     optimus_data: Path = Path("bench-out/optimus_oracle.json")  # Optimus's figures, rewritten
+    cache: Path | None = None  # the replay table's finished models (a stopped run resumes)
 
     def points(self) -> list[tuple[str, int]]:
         return list(itertools.product(self.buffers, self.bytes_per_element))

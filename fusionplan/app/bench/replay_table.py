@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from accel_model import Accelerator, make_cost_model
@@ -23,6 +24,7 @@ from accel_model.schedule import ScheduleError, build_schedule
 from data.synthetic import randwire
 from data.zoo import load_zoo_model
 from fusionplan.app.bench import machine_line, per_model
+from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.engines import Engine
 from fusionplan.ir.graph import Group, OpGraph, bits
@@ -38,11 +40,13 @@ Progress = Callable[[int, int], None]
 
 
 class ReplayConfig(Protocol):
-    """What the table reads of the bench's configuration."""
+    """What the table reads of the bench's configuration (``cache``: a directory where each
+    model's counts are kept as they finish, so that a stopped run resumes; None: none)."""
 
     models: tuple[str, ...]
     buffers: tuple[str, ...]
     engine: Engine | None
+    cache: Path | None
 
 
 def classify(cm: CostModel, group: Group) -> tuple[str, ...]:
@@ -90,16 +94,36 @@ def model_counts(name: str, buffers: Sequence[str]) -> dict[tuple[str, str, str]
     return counts
 
 
+def _cache_key(model: str, buffers: Sequence[str]) -> str:
+    return f"replay|{model}|{','.join(buffers)}"
+
+
 def zoo_counts(
     config: ReplayConfig, progress: Progress | None = None
 ) -> dict[tuple[str, str, str], Counter]:
     """Outcome counts per (profile, scheme, buffer) over every group of every zoo plan,
-    one task per model on ``config.engine`` (default: this process)."""
+    one task per model on ``config.engine`` (default: this process); models whose counts
+    ``config.cache`` holds are not run again (delete it after changing a cost model)."""
     counts: dict[tuple[str, str, str], Counter] = {c: Counter() for c in cells(config.buffers)}
+    store = ResultStore(config.cache) if config.cache is not None else None
+    kept, todo = [], []
+    for model in config.models:
+        row = store.rows.get(_cache_key(model, config.buffers)) if store else None
+        if row is None:
+            todo.append(model)
+        else:
+            kept.append(row)
+
+    def keep(model: str, per_cell: dict[tuple[str, str, str], Counter]) -> None:
+        if store is not None:
+            rows = [[*cell, dict(c)] for cell, c in per_cell.items()]
+            store.add({"key": _cache_key(model, config.buffers), "cells": rows})
+
     found = per_model(
-        model_counts, config.models, config.buffers, config.engine, "replaying the plans of",
-        progress,
+        model_counts, todo, config.buffers, config.engine, "replaying the plans of", progress,
+        keep,
     )  # fmt: skip
+    found += [{tuple(cell): Counter(c) for *cell, c in row["cells"]} for row in kept]
     for per_cell in found:
         for cell, c in per_cell.items():
             counts[cell].update(c)

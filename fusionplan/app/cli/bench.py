@@ -665,7 +665,9 @@ def bench_fidelity(
 ):  # fmt: skip
     """How close fusionplan's figures are to schedules that exist: each zoo layer's
     single-layer cost over its I/O lower bound (docs/cost-model.md, "I/O lower bounds"), the
-    closed forms against replayed schedules, and Optimus's code pricing the optimus profile."""
+    closed forms against replayed schedules, and Optimus's code pricing the optimus profile.
+    The replay table keeps each model's counts in ``fidelity-replay/`` beside the report as
+    they finish and a stopped run resumes from them (delete it after changing a cost model)."""
     names = _names(tables) or ()
     for name in names:
         if name not in FIDELITY_TABLES:
@@ -686,9 +688,11 @@ def bench_fidelity(
     root = optimus_checkout(optimus_dir) if "optimus" in names else None
     runner = OptimusRunner(root, optimus_python or "") if root else None
     data = Path(report).with_name("optimus_oracle.json")
+    cache = Path(report).with_name("fidelity-replay")  # each model's replay counts: resumes
     config = FidelityConfig(
-        tuple(chosen), _names(buffers), per_element, runner, engine_opts.make(), optimus_data=data
-    )
+        tuple(chosen), _names(buffers), per_element, runner, engine_opts.make(),
+        optimus_data=data, cache=cache,
+    )  # fmt: skip
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     with progress_bar("fidelity models", len(chosen), enabled=not quiet) as progress:
         built = run_fidelity(report, names, config, command or "fusionplan bench fidelity",
