@@ -255,8 +255,9 @@ class LBDF(CostModel):
             weights += weight
             start = 0
             for p, extra in waits:
-                if group >> p & 1:
-                    d = delay[p] + extra
+                d = delay.get(p)  # in the group iff already timed (producers come first)
+                if d is not None:
+                    d += extra
                     if d > start:
                         start = d
             first = start + lag
@@ -280,7 +281,7 @@ class LBDF(CostModel):
             if whole and ti in whole:
                 continue
             p = producer[ti]
-            if p >= 0 and group >> p & 1:
+            if p in delay:  # made in the group
                 if ti in accumulated:
                     rings.append((ti, height[ti], height[ti]))
                     continue
