@@ -148,10 +148,13 @@ class CostModel(ABC):
         whether it is a graph output)."""
         g, t = self.graph, self.graph.tensors
         outs, cons = g.graph_output_set, g.consumer_mask
-        index = [0] * len(t)
-        for n in g.nodes:
-            for i, ti in enumerate(n.outputs):
-                index[ti] = i
+
+        def source(v: int, ti: int) -> tuple[int, int] | str:
+            """Where op ``v``'s input ``ti`` comes from: (label offset of its producer, output
+            index there), or a graph input's name."""
+            p = t[ti].producer
+            return (v - p, g.nodes[p].outputs.index(ti)) if p >= 0 else t[ti].name
+
         ids: dict[tuple, int] = {}
         per_op = []
         for v, n in enumerate(g.nodes):
@@ -159,11 +162,7 @@ class CostModel(ABC):
                 n.op_type, n.kind, n.kernel, n.stride, n.pads, n.groups, n.dilation, n.macs,
                 n.whole_input, self.node_weights[v], self.free_alone >> v & 1,
                 self._epilogue_ops >> v & 1,
-                tuple(
-                    (t[ti].shape, v - t[ti].producer, index[ti]) if t[ti].producer >= 0
-                    else (t[ti].shape, t[ti].name)
-                    for ti in n.inputs
-                ),
+                tuple((t[ti].shape, source(v, ti)) for ti in n.inputs),
                 tuple(
                     (t[ti].shape, ti in outs, tuple(c - v for c in bits(cons[ti])))
                     for ti in n.outputs
