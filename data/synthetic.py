@@ -277,6 +277,26 @@ def nasnet_cells(
     return b.model(f"nasnet_{cells}cells", {"x": shape}, h, shape)
 
 
+RANDWIRE_BENCHMARK = ((32, (0, 1, 2)), (64, (0, 1, 2)), (128, (0, 1)))
+"""(nodes, seeds) of the RandWire stages ``bench certified`` plans: WS(n, 4, 0.75), the
+paper's setting, each seed a different wiring (and weights)."""
+NASNET_BENCHMARK = (3, 6)
+"""Cell counts of the NASNet-A stacks ``bench certified`` plans (the cell's wiring is fixed;
+a seed would only change the weights, which the planner does not read)."""
+
+
+def certified_graphs() -> dict[str, Callable[[], onnx.ModelProto]]:
+    """Name -> builder of the branchy graphs ``bench certified`` proves plans on beside the
+    zoo: random-wired stages and cell stacks, whose down-sets multiply with their width."""
+    out: dict[str, Callable[[], onnx.ModelProto]] = {}
+    for nodes, seeds in RANDWIRE_BENCHMARK:
+        for seed in seeds:
+            out[f"randwire-n{nodes}-s{seed}"] = lambda n=nodes, s=seed: randwire(n, seed=s)
+    for cells in NASNET_BENCHMARK:
+        out[f"nasnet-c{cells}"] = lambda c=cells: nasnet_cells(c)
+    return out
+
+
 SYNTHETIC: dict[str, Callable[[], onnx.ModelProto]] = {
     "bert_encoder": bert_encoder,
     "randwire": randwire,
@@ -285,5 +305,6 @@ SYNTHETIC: dict[str, Callable[[], onnx.ModelProto]] = {
     "randwire_large": lambda: randwire(channels=128, size=56),
     "nasnet_large": lambda: nasnet_cells(channels=128, size=56),
     **{f"resnet_stack{n}": (lambda n=n: resnet_block_stack(n)) for n in (2, 4, 6, 8)},
+    **certified_graphs(),
 }
 """Name -> builder of the synthetic models the bench uses."""

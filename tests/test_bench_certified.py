@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 
 import fusionplan as fp
-from fusionplan.app.bench.certified import BEGIN, EXACT_BEGIN
+from data.zoo import zoo_names
+from fusionplan.app.bench.certified import (
+    BEGIN,
+    EXACT_BEGIN,
+    certified_models,
+    gap_summary,
+    load_certified,
+)
 from tests.test_cli import invoke
 
 
@@ -51,3 +58,26 @@ def test_equal_time_table():
     optimum = fp.plan("resnet18", buffer="128KB", scheme="lbdf", search="exact").metrics
     assert lns <= ls and lns <= nsga2 and lns == round(optimum.dram_mb, 3)
     assert cells[6].startswith("LNS")
+
+
+def test_synthetic_graphs_are_certified_models():
+    names = certified_models()
+    assert names[:12] == tuple(zoo_names())
+    wired = [n for n in names if n.startswith("randwire-")]
+    assert len(wired) >= 6 and {"nasnet-c3", "nasnet-c6"} <= set(names)
+    a, b = load_certified("randwire-n32-s0"), load_certified("randwire-n32-s1")
+    assert a.name == "randwire-n32-s0" and len(a) > 4 * 32  # Relu, conv, conv per node + sums
+    assert [e for e in a.edges] != [e for e in b.edges]  # each seed wires differently
+
+
+def test_gap_summary_splits_catalogue_and_synthetic():
+    rows = [
+        {"model": "resnet18", "gap": 0.0},
+        {"model": "googlenet", "gap": 0.5},
+        {"model": "randwire-n32-s0", "gap": 0.01},
+        {"model": "nasnet-c3", "gap": 3.0},
+        {"model": "randwire-n64-s0", "gap": 0.2},
+    ]
+    text = gap_summary(rows)
+    assert "catalogue: gap median 25.00%, max 50.00%, <= 2 % on 1 of 2 cells" in text
+    assert "synthetic graphs: gap median 20.00%, max 300.00%, <= 2 % on 1 of 3 cells" in text
