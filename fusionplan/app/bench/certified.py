@@ -31,7 +31,9 @@ from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto
+from search.certify import DEFAULT_MAX_DOWNSETS
 from search.effort import EXACT_UNITS, effort_for_seconds
+from search.exact import count_downsets
 
 MB = 2**20
 BEGIN = "<!-- fusionplan bench certified: begin (generated; edit outside these markers) -->"
@@ -88,6 +90,8 @@ def certify_cell(graph: OpGraph, scheme: str, buffer: str, config: CertifiedConf
     row.update(ls_mb=ls.metrics.dram_mb, ls_s=round(ls.result.wall_time_s, 3))
     if m.bound_method == "optimal":
         row.update(optimum_mb=m.dram_mb, optimum_proven=True)
+    elif config.exact_limit_s > 0 and not count_downsets(graph, DEFAULT_MAX_DOWNSETS)[1]:
+        row.update(optimum_mb=None, optimum_proven=False)  # the exact search refuses the graph
     elif config.exact_limit_s > 0:  # how far is auto really? A longer proof, from auto's plan
         request = PlanRequest(
             buffer=buffer,
