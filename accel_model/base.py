@@ -236,6 +236,15 @@ class CostModel(ABC):
             return self._as_layer(result, tiling, alone), "layer", v
         return result, "scheme", -1
 
+    def scheme_prices_every_group_holding(self, nodes: Group) -> bool:
+        """Whether :meth:`_priced` charges every group containing ``nodes`` the scheme's own
+        cost: a layer's or an epilogue's loop order only prices one op plus up to three
+        epilogue ops, so a set of more than four ops, or with two ops that cannot be an
+        epilogue, never gets one."""
+        if self.accel.single_layer == "paper":
+            return True
+        return nodes.bit_count() > 4 or (nodes & ~self._epilogue_ops).bit_count() >= 2
+
     def compulsory(self, group: Group) -> int:
         """Bytes every schedule of ``group`` moves: its io and its weights, once each."""
         return self.b * (self.io_elements(group) + self.weight_elements(group))
@@ -399,6 +408,15 @@ class CostModel(ABC):
         can prove nothing returns 0, which is always sound.
         """
         return 0
+
+    def restreams_weights(self, nodes: Group) -> bool:
+        """Whether every valid group containing ``nodes`` reads its weights from DRAM at least
+        twice (BRR: they do not stay beside the rows, and a tile of every row does not fit).
+
+        The chain relaxation of the traffic bound charges such a group its weights once more;
+        False, which proves nothing, is always sound.
+        """
+        return False
 
     @abstractmethod
     def _compute(self, group: Group) -> GroupCost:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from accel_model.base import CostModel
-from fusionplan.ir.graph import Group, OpGraph, bits
+from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
 
 
 def unfusable_nodes(model: CostModel) -> Group:
@@ -59,9 +59,14 @@ class TrafficBound:
     Each term is paid by the group or atom that makes it disappear when it runs (the proof
     is in docs/cost-model.md), so the bound is admissible and consistent:
     ``bound(D) <= cost(step) + bound(D + step)`` for every step of a plan.
+
+    With ``chain_floors`` > 0 the :class:`ChainRelaxation` is added, built with at most that
+    many buffer floors (a work budget: the same terms on every machine).
     """
 
-    def __init__(self, cost_model: CostModel, atoms: Sequence[Group]) -> None:
+    def __init__(
+        self, cost_model: CostModel, atoms: Sequence[Group], chain_floors: int = 0
+    ) -> None:
         cm, g = cost_model, cost_model.graph
         self.all = g.all_nodes
         self.atoms = list(atoms)
@@ -92,6 +97,7 @@ class TrafficBound:
             written = bool(prod & paying) and (ti in outs or bool(cons[ti] & fixed) or bool(sep))
             self.tensors.append((b * t.size, prod, free, cons[ti] & ~free_alone, written, sep))
         self.separated_tensors = sum(1 for *_, sep in self.tensors if sep)
+        self.chains = ChainRelaxation(cm, self, chain_floors) if chain_floors > 0 else None
 
     def atoms_in(self, mask: Group) -> list[Group]:
         """The atoms whose nodes make up ``mask`` (a union of whole atoms)."""
@@ -119,6 +125,8 @@ class TrafficBound:
                     total += size  # read back by a separated consumer's group
             elif cons & todo:
                 total += size  # read from DRAM by a searched group still to run
+        if self.chains is not None:
+            total += self.chains.remaining(done)
         return total
 
     def total(self) -> int:
@@ -126,7 +134,127 @@ class TrafficBound:
         return self.remaining(0)
 
 
+CHAIN_FLOORS_PER_OP = 8
+"""The chain relaxation's budget of buffer floors, per op of the graph."""
+
+
+def chain_floors(graph: OpGraph) -> int:
+    """The chain relaxation's floor budget on ``graph``."""
+    return CHAIN_FLOORS_PER_OP * len(graph)
+
+
 def plan_lower_bound(cost_model: CostModel) -> int:
-    """:class:`TrafficBound` of the whole model, unfusable ops as atoms."""
+    """:class:`TrafficBound` of the whole model with its chain relaxation, unfusable ops as
+    atoms."""
     unf = unfusable_nodes(cost_model)
-    return TrafficBound(cost_model, [1 << v for v in bits(unf)]).total()
+    atoms = [1 << v for v in bits(unf)]
+    return TrafficBound(cost_model, atoms, chain_floors(cost_model.graph)).total()
+
+
+class ChainRelaxation:
+    """Where buffer-forced cuts and weight re-streaming fall along chains of ops, as an extra
+    term of :class:`TrafficBound` (docs/cost-model.md, "Lower bounds: chains").
+
+    The searched ops that pay are covered by vertex-disjoint *chains* (paths of edges,
+    heaviest first). In any plan each chain meets each group in a contiguous run (groups are
+    convex), and the runs left to execute from a state are a suffix of the chain. A run
+    costs nothing beyond the traffic bound's terms unless its hull cannot fit (then no group
+    holds it: infinite) or every group holding it reads its weights twice
+    (:meth:`CostModel.restreams_weights`: the run's weights once more); a cut between two
+    consecutive ops of a chain writes the tensor between them and reads it back, beyond what
+    the traffic bound already charges for it. Per chain, a DP over where the cuts fall gives
+    the least cost of every suffix; the relaxation is their sum over the chains' remaining
+    suffixes. Runs longer than ``MAX_RUN`` ops are taken as free (a relaxation, never an
+    overcount), and once the floor budget is spent the remaining chains count 0.
+    """
+
+    MAX_RUN = 16
+
+    def __init__(self, cost_model: CostModel, bound: TrafficBound, floors: int) -> None:
+        cm, g = cost_model, cost_model.graph
+        paying, fixed = bound.paying, bound.fixed
+        # per edge between paying ops: what a cut there adds to the traffic bound's terms
+        cut_cost: dict[tuple[int, int], int] = {}
+        for size, prod, free, cons, written, sep in bound.tensors:
+            if not (free and prod & paying) or sep:
+                continue  # a separated tensor is charged both ways already
+            p = prod.bit_length() - 1
+            extra = size if written else 2 * size
+            for c in bits(cons & paying):
+                cut_cost[(p, c)] = max(cut_cost.get((p, c), 0), extra)
+        weight = bound.weight
+        self.floors = 0
+        self.suffixes: list[tuple[Group, list[int]]] = []
+        for path in heaviest_chains(g.pred_mask, paying, weight, cut_cost):
+            if self.floors >= floors:
+                break
+            cuts = [cut_cost.get((path[j], path[j + 1]), 0) for j in range(len(path) - 1)]
+            self.suffixes.append((mask_of(path), self._suffix_costs(cm, path, cuts, weight, fixed)))
+
+    def _suffix_costs(
+        self, cm: CostModel, path: list[int], cuts: list[int], weight: list[int], fixed: Group
+    ) -> list[int]:
+        """``f[i]``: the least extra cost of running ``path[i:]`` (``f[len(path)]`` = 0)."""
+        anc, desc = cm.graph.ancestor_mask, cm.graph.descendant_mask
+        n, beta = len(path), cm.beta
+        cuts = [*cuts, 0]  # no cut after the chain's last op
+        f = [0] * (n + 1)
+        tail = [0] * (n + 1)  # tail[i]: min over j >= i of cuts[j] + f[j + 1]
+        tail[n] = f[n]
+        for i in range(n - 1, -1, -1):
+            best, restreams, run_weight = None, False, 0
+            j = i
+            while j < min(n, i + self.MAX_RUN):
+                run_weight += weight[path[j]]
+                hull = (1 << path[i]) | (1 << path[j]) | (desc[path[i]] & anc[path[j]])
+                if hull & fixed:
+                    break  # no group holds an atom's op: nor any longer run
+                self.floors += 1
+                if cm.buffer_floor(hull) >= beta:
+                    break  # no group holds this run, nor a longer one (it holds this one)
+                if not restreams and cm.restreams_weights(hull):
+                    restreams = True  # and so does every longer run
+                c = (run_weight if restreams else 0) + cuts[j] + f[j + 1]
+                best = c if best is None else min(best, c)
+                j += 1
+            else:
+                if i + self.MAX_RUN < n:  # a longer run: taken as free
+                    c = tail[i + self.MAX_RUN]
+                    best = c if best is None else min(best, c)
+            assert best is not None, "a paying op always runs alone"
+            f[i] = best
+            tail[i] = min(tail[i + 1], cuts[i] + f[i + 1])
+        return f
+
+    def remaining(self, done: Group) -> int:
+        """The chains' share of the bound once ``done`` (a down-set) has run."""
+        return sum(f[(done & mask).bit_count()] for mask, f in self.suffixes)
+
+
+def heaviest_chains(
+    pred: Sequence[Group], nodes: Group, weight: Sequence[int], edge: dict[tuple[int, int], int]
+) -> list[list[int]]:
+    """Vertex-disjoint paths of ``nodes`` (each of >= 2 ops, following edges), taken one at a
+    time as the path of the largest weight plus edge cost among the ops left (ties: the
+    lowest labels), until no edge is left."""
+    left, chains = nodes, []
+    while True:
+        best: dict[int, int] = {}
+        prev: dict[int, int] = {}
+        for v in bits(left):
+            value, back = weight[v], -1
+            for u in bits(pred[v] & left):
+                c = best[u] + weight[v] + edge.get((u, v), 0)
+                if c > value:
+                    value, back = c, u
+            best[v], prev[v] = value, back
+        ends = [v for v in best if prev[v] >= 0]
+        if not ends:
+            return chains
+        v = max(ends, key=lambda x: (best[x], -x))
+        path = [v]
+        while prev[path[-1]] >= 0:
+            path.append(prev[path[-1]])
+        path.reverse()
+        chains.append(path)
+        left &= ~mask_of(path)

@@ -13,6 +13,7 @@ op plays which role). Unary and elementwise ops overwrite their input's rows in 
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 from accel_model.base import CostModel, GroupCost
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_activation
@@ -333,6 +334,45 @@ class BRR(CostModel):
         # overwrite, through ops outside ``nodes``, a tensor made in ``nodes``.
         if not self.monotone_over_downsets():
             return 0
+        return self._floor(nodes, None)
+
+    def restreams_weights(self, nodes: Group) -> bool:
+        # Every group G holding ``nodes`` keeps its weights out (``b*(W + footprint) >=
+        # beta``: W(G) >= W(nodes), footprint >= buffer_floor) and its tile of every sink
+        # row does not fit, so it streams them once per tile over >= 2 tiles. In that
+        # full tile each sink keeps all its rows (``last_height`` is the tallest sink's
+        # height) and an op keeps its in-group readers' windows of their rows, so by
+        # induction from the sinks an op keeps >= ``_full_rows`` (its height, or the
+        # smallest window over every reader it may have); the floor's other terms carry
+        # over row for row. Only a group the scheme prices (not a layer's own loop order)
+        # is charged per tile (docs/cost-model.md, "Lower bounds").
+        if self._optimus is not None or self._fractional_reads or not self._physical:
+            return False  # those profiles price weight reads by their tools' rules
+        if not self.monotone_over_downsets() or not self.scheme_prices_every_group_holding(nodes):
+            return False  # a layer's own loop order may keep the weights (``_priced``)
+        b, beta = self.b, self.beta
+        if b * self.weight_elements(nodes) + self.buffer_floor(nodes) < beta:
+            return False
+        return self._floor(nodes, self._full_rows) >= beta
+
+    @cached_property
+    def _full_rows(self) -> tuple[int, ...]:
+        """Per op, rows it keeps at least in a tile of every sink row of any group: its
+        height, or the window of the fewest rows any reader's full tile can need."""
+        full = [0] * len(self.graph)
+        succ = self.graph.succ_mask
+        for v in reversed(range(len(full))):
+            h_out = self._out_shape[v][1]
+            need = h_out
+            for c in bits(succ[v]):
+                k, s = self._window[c]
+                need = min(need, input_rows(k, s, full[c], h_out))
+            full[v] = max(need, 1)
+        return tuple(full)
+
+    def _floor(self, nodes: Group, least: tuple[int, ...] | None) -> int:
+        """:meth:`buffer_floor`'s sum with each op keeping at least ``least[v]`` rows (None:
+        one row)."""
         succ, total = self.graph.succ_mask, 0
         rows: dict[int, int] = {}
         outside: dict[int, int] = {}  # tensor read from outside ``nodes`` -> what it keeps
@@ -340,7 +380,7 @@ class BRR(CostModel):
         readers = self._tensor_readers
         for x in reversed(bits(nodes)):
             _, h_out, w_out = self._out_shape[x]
-            need = 1
+            need = 1 if least is None else least[x]
             for y in bits(succ[x] & nodes):
                 k, s = self._window[y]
                 need = max(need, input_rows(k, s, rows[y], h_out))

@@ -135,7 +135,7 @@ class AutoSearch:
         if found.optimal or not tractable or left <= 0 or clock_hit or problem.remaining < 1:
             return self._finish(second, t0, exact, "lns", work, clock_hit)
         problem.warm_start = [*problem.warm_start, second.best.groups]
-        third = self._exact(problem, seed, progress, left, end, dive=False)
+        third = self._exact(problem, seed, progress, left, end, second_run=True)
         again = third.exact
         assert again is not None
         work += again.work
@@ -156,13 +156,14 @@ class AutoSearch:
 
     def _exact(
         self, problem: FusionProblem, seed: int, progress: Progress | None, work: int,
-        end: float, dive: bool = True,
+        end: float, second_run: bool = False,
     ) -> SearchResult:  # fmt: skip
-        """The exact search on ``work`` units; ``dive=False`` skips its greedy dive (the
-        second run has LNS's plan, better than any dive, as its first upper bound)."""
+        """The exact search on ``work`` units. The second run skips its greedy dive (it has
+        LNS's plan, better than any dive, as its first upper bound) and adds the chain
+        relaxation to its bound (the first run proves most graphs without paying for it)."""
         search = ExactSearch(
             work=max(work, 1), time_limit_s=_left(end), max_downsets=self.config.max_downsets,
-            greedy_dive=dive,
+            greedy_dive=not second_run, chain_bound=second_run,
         )  # fmt: skip
         return search.run(problem, seed, progress)
 

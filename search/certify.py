@@ -40,7 +40,7 @@ def certify(
         lb = dram if e.optimal else e.lower_bound_bytes
         return Certificate(lb, relative_gap(dram, lb), "optimal" if e.optimal else "A* bound")
     t0 = time.perf_counter()
-    solver = ExactSolver(problem.cost_model, problem.unfusable)
+    solver = ExactSolver(problem.cost_model, problem.unfusable, chains=True)
     static = solver.bound.total()
     if effort <= 0 or not count_downsets(problem.graph, max_downsets)[1]:
         return Certificate(static, relative_gap(dram, static), "traffic bound", _since(t0))

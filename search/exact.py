@@ -118,7 +118,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from accel_model.bounds import TrafficBound
+from accel_model.bounds import TrafficBound, chain_floors
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.planning.result import ExactBound, SearchResult
@@ -141,6 +141,8 @@ if TYPE_CHECKING:
     from accel_model.base import CostModel
     from fusionplan.ir.graph import OpGraph
 
+FLOOR_UNITS = 4  # work units per buffer floor of the chain relaxation (about a group visit's)
+
 # (group of fusable nodes, unfusable nodes absorbed after it, next state, DRAM bytes)
 Transition = tuple[Group, Group, Group, int]
 
@@ -155,6 +157,7 @@ class ExactConfig:
     greedy_dive: bool = True  # greedy upper bound before A* (prunes; anytime answer)
     dive_share: float = 0.2  # at most this share of the work for that first dive
     work: int | None = None  # the run's units, overriding effort (auto sets it)
+    chain_bound: bool = False  # add the chain relaxation to A*'s bound (accel_model/bounds.py)
 
     def __post_init__(self) -> None:
         check_effort("exact option", self.effort)
@@ -170,6 +173,10 @@ class ExactConfig:
         if isinstance(s, bool) or not isinstance(s, int | float) or not 0 <= s <= 1:
             raise ConfigError(f"exact option dive_share must be in [0, 1], got {s!r}")
         check_units("exact option", "work", self.work, optional=True)
+        if not isinstance(self.chain_bound, bool):
+            raise ConfigError(
+                f"exact option chain_bound must be true or false, got {self.chain_bound!r}"
+            )
 
     @property
     def total_work(self) -> int:
@@ -241,14 +248,20 @@ class ExactSolver:
     """
 
     def __init__(
-        self, cost_model: CostModel, unfusable: Group, fixed: Sequence[Group] = ()
+        self,
+        cost_model: CostModel,
+        unfusable: Group,
+        fixed: Sequence[Group] = (),
+        chains: bool = False,
     ) -> None:
         cm = self.cm = cost_model
         g = self.graph = cm.graph
         self.all = g.all_nodes
         self.pred, self.succ, self.nbr = g.pred_mask, g.succ_mask, g.neighbour_mask
         bound = self.bound = TrafficBound(
-            cm, [1 << u for u in bits(unfusable)] + [grp for grp in fixed if grp]
+            cm,
+            [1 << u for u in bits(unfusable)] + [grp for grp in fixed if grp],
+            chain_floors(g) if chains else 0,
         )
         self.atom_of, self.atom_dram = bound.atom_of, bound.atom_dram
         self.atoms_in, self.atoms_dram = bound.atoms_in, bound.atoms_dram
@@ -259,8 +272,9 @@ class ExactSolver:
         self.prune = cm.monotone_over_downsets()  # module docstring: why pruning is exact
         self._h: dict[Group, int] = {}
         self._expanded: dict[Group, list[Transition]] = {}
-        self._units = 0  # this solver's own units: groups visited, states bounded (work)
         self._bound_work = max(len(g) // 8, 1)  # a state's bound reads every op and tensor
+        # this solver's own units: groups visited, states bounded, the chains' floors (work)
+        self._units = FLOOR_UNITS * bound.chains.floors if bound.chains else 0
         self._cost_work0 = cm.stats.work  # the cost model's count when this solver began
         self.work_end = math.inf  # stop once ``work`` passes this
         self.clock_end = math.inf  # the wall-clock safety cap (perf_counter reading)
@@ -601,7 +615,7 @@ class ExactSearch:
         end = clock_end(cfg.time_limit_s)
         rec = Recorder(problem, progress)
         count = check_tractable(problem.graph, cfg.max_downsets)
-        solver = ExactSolver(problem.cost_model, problem.unfusable)
+        solver = ExactSolver(problem.cost_model, problem.unfusable, chains=cfg.chain_bound)
         dive = cfg.dive_share if cfg.greedy_dive else 0.0
         warm = rec.best  # a warm-start plan is the first upper bound
         incumbent = (warm.dram, list(warm.groups)) if warm is not None else None

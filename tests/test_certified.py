@@ -231,3 +231,80 @@ def test_lns_when_every_op_is_unfusable_returns_at_once():
     result = make_search("lns").run(problem, 0)
     assert result.wall_time_s < 1.0 and result.extra["work"] < 100
     assert all(g.bit_count() == 1 for g in result.best.groups)
+
+
+def _three_convs() -> OpGraph:
+    """x (4x8x8) -> a -> t (4x8x8) -> b -> u (2x8x8) -> c -> y (4x8x8), 1x1 convs of 100
+    weights each."""
+    tensors = [
+        Tensor("x", (4, 8, 8), -1),
+        Tensor("t", (4, 8, 8), 0),
+        Tensor("u", (2, 8, 8), 1),
+        Tensor("y", (4, 8, 8), 2),
+    ]
+    nodes = [
+        Node("a", "Conv", "conv", (0,), (1,), weights=100),
+        Node("b", "Conv", "conv", (1,), (2,), weights=100),
+        Node("c", "Conv", "conv", (2,), (3,), weights=100),
+    ]
+    return OpGraph.build("three", nodes, tensors, [0], [3])
+
+
+def test_a_chain_that_no_group_holds_whole_is_charged_its_cheapest_cut():
+    """Each pair fits (floor 200 weights + a row of three tensors, 32 + 32 + 16 = 280 <
+    400) but the three convs do not (300 + 32 + 32 + 16 + 32 = 412): no pair is separated,
+    yet every plan cuts t (2 x 256 B) or u (2 x 128 B): the bound is io + W + 256 =
+    256 + 256 + 300 + 256 = 1068, the optimum ({a, b}, {c})."""
+    graph = _three_convs()
+    cm = LBDF(graph, Accelerator(400, "lbdf"))
+    assert cm.is_valid(0b011) and cm.is_valid(0b110) and not cm.is_valid(0b111)
+    assert cm.buffer_floor(0b111) == 412
+    plain, bound = TrafficBound(cm, []), TrafficBound(cm, [], chain_floors=100)
+    assert plain.separated_tensors == 0 and plain.total() == 256 + 256 + 300
+    assert bound.total() == 1068
+    best = make_search("exact").run(FusionProblem(cm, make_splitter("tree", cm, 0), 1), 0)
+    assert best.best.dram == 1068 and sorted(best.best.groups) == [0b011, 0b100]
+    # {a} ran: b and c fit together, t is read back (256), b and c's weights and y remain
+    assert bound.remaining(0b001) == 256 + 200 + 256
+    assert TrafficBound(cm, [], chain_floors=1).total() == 1068  # one chain, any budget
+
+CHAIN_CASES = CASES + [(seed, scheme) for seed in range(40, 76) for scheme in ("lbdf", "brr")]
+
+
+@pytest.mark.parametrize("seed,scheme", CHAIN_CASES)
+def test_chain_relaxation_admissible_and_consistent(seed, scheme):
+    # 200 random graphs and buffers: the bound with its chain relaxation never exceeds the
+    # brute-force optimum, never falls below the plain traffic bound, and each step of an
+    # optimal plan pays at least what the bound drops (consistency, what A* needs)
+    problem = case_problem(seed, scheme)
+    opt, plan = optimum(seed, scheme)
+    cm = problem.cost_model
+    atoms = [1 << v for v in bits(problem.unfusable)]
+    plain = TrafficBound(cm, atoms)
+    bound = TrafficBound(cm, atoms, chain_floors=10_000)
+    assert plain.total() <= bound.total() <= opt
+    done, pending = 0, list(plan)
+    while pending:
+        step = next(g for g in pending if not _preds(problem.graph, g) & ~done)
+        pending.remove(step)
+        assert bound.remaining(done) <= cm.cost(step).dram + bound.remaining(done | step)
+        done |= step
+    assert bound.remaining(done) == 0
+
+
+@pytest.mark.parametrize("seed,scheme", CHAIN_CASES[::5])
+def test_chain_relaxation_is_consistent_on_every_transition(seed, scheme):
+    # every state A* can reach and every transition out of it: the drop of the bound is at
+    # most the step's DRAM (the chain terms' proof, docs/cost-model.md "Lower bounds")
+    problem = case_problem(seed, scheme)
+    solver = ExactSolver(problem.cost_model, problem.unfusable, chains=True)
+    start, _ = solver.start_state()
+    todo, seen = [start], {start}
+    while todo:
+        state = todo.pop()
+        for _, _, nxt, dram in solver.expand(state):
+            assert solver.h(state) <= dram + solver.h(nxt)
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    assert solver.h(problem.graph.all_nodes) == 0

@@ -302,3 +302,29 @@ def test_a_sliced_op_that_recomputes_rows_keeps_its_external_input_whole():
     # resident with W = 148 + 296 = 444: F_beta 416 + 444 = 860, F_D = io 1024 + 444
     big = make_cost_model(graph, Accelerator(1 << 20, "brr", 1, **settings))
     assert big.cost(group) == (860, 1468, True)
+
+
+def test_a_node_set_that_restreams_makes_every_group_holding_it_read_weights_twice():
+    # the chain relaxation charges a group holding such a set its weights once more: every
+    # valid group containing it must keep its weights out and need more than one tile
+    # (random graphs and subsets; buffers from just above a group's rows to 4x them)
+    hits = 0
+    for seed in range(40):
+        graph = random_dag(3000 + seed, max_nodes=12)
+        rng = random.Random(seed)
+        for k, b, in_place in ((0, 1, False), (2, 1, True), (4, 2, True)):
+            big = make_cost_model(graph, Accelerator(1 << 30, "brr", b, pe_unroll=k))
+            rows = b * big.terms(graph.all_nodes).footprint
+            for scale in (1.05, 1.5, 4.0):
+                acc = Accelerator(int(rows * scale) + 1, "brr", b, pe_unroll=k, in_place=in_place)
+                cm = make_cost_model(graph, acc)
+                for _ in range(25):
+                    g = rng.randrange(1, 1 << len(graph))
+                    cost, tt = cm.cost(g), cm.terms(g)
+                    for _ in range(4):
+                        part = g & rng.randrange(1, 1 << len(graph))
+                        if part and cm.restreams_weights(part) and cost.valid:
+                            hits += 1
+                            assert not tt.resident and tt.tiles >= 2, (seed, bin(part), bin(g))
+                            assert cost.dram >= b * (cm.io_elements(g) + 2 * tt.weights)
+    assert hits >= 50  # the property was exercised
