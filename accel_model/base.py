@@ -409,14 +409,14 @@ class CostModel(ABC):
         """
         return 0
 
-    def restreams_weights(self, nodes: Group) -> bool:
-        """Whether every valid group containing ``nodes`` reads its weights from DRAM at least
-        twice (BRR: they do not stay beside the rows, and a tile of every row does not fit).
+    def weight_reads_floor(self, nodes: Group) -> int:
+        """How many times at least every valid group containing ``nodes`` reads its weights
+        from DRAM (BRR: once per tile when they do not stay beside the rows).
 
-        The chain relaxation of the traffic bound charges such a group its weights once more;
-        False, which proves nothing, is always sound.
+        The chain relaxation of the traffic bound charges such a group the reads beyond the
+        first; 1, which proves nothing, is always sound.
         """
-        return False
+        return 1
 
     @abstractmethod
     def _compute(self, group: Group) -> GroupCost:

@@ -7,7 +7,8 @@ search proved better.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import pairwise
 
 from accel_model.base import CostModel
 from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
@@ -155,17 +156,19 @@ class ChainRelaxation:
     """Where buffer-forced cuts and weight re-streaming fall along chains of ops, as an extra
     term of :class:`TrafficBound` (docs/cost-model.md, "Lower bounds: chains").
 
-    The searched ops that pay are covered by vertex-disjoint *chains* (paths of edges,
-    heaviest first). In any plan each chain meets each group in a contiguous run (groups are
-    convex), and the runs left to execute from a state are a suffix of the chain. A run
+    *Chains* are paths along edges between the searched ops that pay, heaviest first, no
+    two carrying the same tensor; each op's weights are *owned* by the first chain through
+    it. In any plan each chain meets each group in a contiguous run (groups are convex), and
+    the runs left to execute from a state are a suffix of the chain. A run
     costs nothing beyond the traffic bound's terms unless its hull cannot fit (then no group
-    holds it: infinite) or every group holding it reads its weights twice
-    (:meth:`CostModel.restreams_weights`: the run's weights once more); a cut between two
-    consecutive ops of a chain writes the tensor between them and reads it back, beyond what
+    holds it: infinite) or every group holding it reads its weights more than once
+    (:meth:`CostModel.weight_reads_floor`: the weights the run owns, per read beyond the
+    first); a cut between two consecutive ops of a chain writes the tensor between them and
+    reads it back, beyond what
     the traffic bound already charges for it. Per chain, a DP over where the cuts fall gives
     the least cost of every suffix; the relaxation is their sum over the chains' remaining
-    suffixes. Runs longer than ``MAX_RUN`` ops are taken as free (a relaxation, never an
-    overcount), and once the floor budget is spent the remaining chains count 0.
+    suffixes. Runs longer than ``MAX_RUN`` ops are not tested (possible; read as often as
+    their first ops), and once the floor budget is spent the remaining chains count 0.
     """
 
     MAX_RUN = 16
@@ -173,57 +176,54 @@ class ChainRelaxation:
     def __init__(self, cost_model: CostModel, bound: TrafficBound, floors: int) -> None:
         cm, g = cost_model, cost_model.graph
         paying, fixed = bound.paying, bound.fixed
-        # per edge between paying ops: what a cut there adds to the traffic bound's terms
+        # per edge between paying ops: what a cut there adds to the traffic bound's terms,
+        # and the tensors it carries (a cut writes and reads back one of them)
         cut_cost: dict[tuple[int, int], int] = {}
-        for size, prod, free, cons, written, sep in bound.tensors:
-            if not (free and prod & paying) or sep:
-                continue  # a separated tensor is charged both ways already
+        carried: dict[tuple[int, int], list[int]] = {}
+        for ti, (size, prod, free, cons, written, sep) in enumerate(bound.tensors):
+            if not (free and prod & paying):
+                continue
             p = prod.bit_length() - 1
-            extra = size if written else 2 * size
+            extra = 0 if sep else size if written else 2 * size  # separated: charged already
             for c in bits(cons & paying):
                 cut_cost[(p, c)] = max(cut_cost.get((p, c), 0), extra)
-        weight = bound.weight
+                carried.setdefault((p, c), []).append(ti)
         self.floors = 0
         self.suffixes: list[tuple[Group, list[int]]] = []
-        for path in heaviest_chains(g.pred_mask, paying, weight, cut_cost):
+        for path, owned in heaviest_chains(g.pred_mask, paying, bound.weight, cut_cost, carried):
             if self.floors >= floors:
                 break
-            cuts = [cut_cost.get((path[j], path[j + 1]), 0) for j in range(len(path) - 1)]
-            self.suffixes.append((mask_of(path), self._suffix_costs(cm, path, cuts, weight, fixed)))
+            cuts = [cut_cost[(path[j], path[j + 1])] for j in range(len(path) - 1)]
+            self.suffixes.append((mask_of(path), self._suffix_costs(cm, path, cuts, owned, fixed)))
 
     def _suffix_costs(
-        self, cm: CostModel, path: list[int], cuts: list[int], weight: list[int], fixed: Group
+        self, cm: CostModel, path: list[int], cuts: list[int], owned: list[int], fixed: Group
     ) -> list[int]:
-        """``f[i]``: the least extra cost of running ``path[i:]`` (``f[len(path)]`` = 0)."""
+        """``f[i]``: the least extra cost of running ``path[i:]`` (``f[len(path)]`` = 0).
+        A run longer than ``MAX_RUN`` is not tested: it is taken as possible, its weights
+        read as often as its first ``MAX_RUN`` ops' (it holds them)."""
         anc, desc = cm.graph.ancestor_mask, cm.graph.descendant_mask
         n, beta = len(path), cm.beta
         cuts = [*cuts, 0]  # no cut after the chain's last op
         f = [0] * (n + 1)
-        tail = [0] * (n + 1)  # tail[i]: min over j >= i of cuts[j] + f[j + 1]
-        tail[n] = f[n]
         for i in range(n - 1, -1, -1):
-            best, restreams, run_weight = None, False, 0
-            j = i
-            while j < min(n, i + self.MAX_RUN):
-                run_weight += weight[path[j]]
-                hull = (1 << path[i]) | (1 << path[j]) | (desc[path[i]] & anc[path[j]])
-                if hull & fixed:
-                    break  # no group holds an atom's op: nor any longer run
-                self.floors += 1
-                if cm.buffer_floor(hull) >= beta:
-                    break  # no group holds this run, nor a longer one (it holds this one)
-                if not restreams and cm.restreams_weights(hull):
-                    restreams = True  # and so does every longer run
-                c = (run_weight if restreams else 0) + cuts[j] + f[j + 1]
-                best = c if best is None else min(best, c)
-                j += 1
-            else:
-                if i + self.MAX_RUN < n:  # a longer run: taken as free
-                    c = tail[i + self.MAX_RUN]
-                    best = c if best is None else min(best, c)
+            best, reads, run_weight = None, 1, 0
+            for j in range(i, n):
+                run_weight += owned[j]
+                if j < i + self.MAX_RUN:
+                    hull = (1 << path[i]) | (1 << path[j]) | (desc[path[i]] & anc[path[j]])
+                    if hull & fixed:
+                        break  # no group holds an atom's op: nor any longer run
+                    self.floors += 1
+                    if cm.buffer_floor(hull) >= beta:
+                        break  # no group holds this run, nor a longer one (it holds this one)
+                    if run_weight:  # a longer run holds this one: at least as many reads
+                        reads = max(reads, cm.weight_reads_floor(hull))
+                c = (reads - 1) * run_weight + cuts[j] + f[j + 1]
+                if best is None or c < best:
+                    best = c
             assert best is not None, "a paying op always runs alone"
             f[i] = best
-            tail[i] = min(tail[i + 1], cuts[i] + f[i + 1])
         return f
 
     def remaining(self, done: Group) -> int:
@@ -232,29 +232,41 @@ class ChainRelaxation:
 
 
 def heaviest_chains(
-    pred: Sequence[Group], nodes: Group, weight: Sequence[int], edge: dict[tuple[int, int], int]
-) -> list[list[int]]:
-    """Vertex-disjoint paths of ``nodes`` (each of >= 2 ops, following edges), taken one at a
-    time as the path of the largest weight plus edge cost among the ops left (ties: the
-    lowest labels), until no edge is left."""
-    left, chains = nodes, []
+    pred: Sequence[Group],
+    nodes: Group,
+    weight: Sequence[int],
+    edge: dict[tuple[int, int], int],
+    carried: dict[tuple[int, int], list[int]],
+) -> Iterator[tuple[list[int], list[int]]]:
+    """Paths of ``nodes`` along edges, each with the weights it *owns* per op: taken one at
+    a time as the path of the largest owned weights plus edge costs, where an edge whose
+    tensors an earlier path carries is not used again and an op's weight belongs to the
+    first path through it (ties: the lowest labels). Stops when no path is worth > 0."""
+    left = list(weight)
+    used: set[int] = set()
     while True:
         best: dict[int, int] = {}
         prev: dict[int, int] = {}
-        for v in bits(left):
-            value, back = weight[v], -1
-            for u in bits(pred[v] & left):
-                c = best[u] + weight[v] + edge.get((u, v), 0)
+        for v in bits(nodes):
+            value, back = left[v], -1
+            for u in bits(pred[v] & nodes):
+                if any(t in used for t in carried.get((u, v), ())):
+                    continue
+                c = best[u] + left[v] + edge.get((u, v), 0)
                 if c > value:
                     value, back = c, u
             best[v], prev[v] = value, back
-        ends = [v for v in best if prev[v] >= 0]
+        ends = [v for v in best if prev[v] >= 0 and best[v] > 0]
         if not ends:
-            return chains
+            return
         v = max(ends, key=lambda x: (best[x], -x))
         path = [v]
         while prev[path[-1]] >= 0:
             path.append(prev[path[-1]])
         path.reverse()
-        chains.append(path)
-        left &= ~mask_of(path)
+        owned = [left[u] for u in path]
+        for u in path:
+            left[u] = 0
+        for a, b in pairwise(path):
+            used.update(carried.get((a, b), ()))
+        yield path, owned

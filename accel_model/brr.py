@@ -13,7 +13,6 @@ op plays which role). Unary and elementwise ops overwrite their input's rows in 
 from __future__ import annotations
 
 import math
-from functools import cached_property
 
 from accel_model.base import CostModel, GroupCost
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_activation
@@ -25,6 +24,9 @@ from accel_model.windows import concat_offset
 from fusionplan.ir.graph import Group, ancestors_of, bits, descendants_of, mask_of
 
 _MIXING, _LOCAL, _BARRIER = ChannelRole.MIXING, ChannelRole.LOCAL, ChannelRole.BARRIER
+TILE_STEPS = (1, 2, 3, 4, 6, 8, 12, 16)
+"""Tile counts ``k`` at which :meth:`BRR.weight_reads_floor` tests whether every group must
+have more than ``k`` tiles (each test is one buffer floor)."""
 NO_SLICES = 2
 """The parity under which every op keeps all its channels (the default profile weighs it
 against the two slicing parities: slicing can cost rows, docs/cost-model.md, "Channel
@@ -230,6 +232,7 @@ class BRR(CostModel):
         )
         self._whole_tensor = tuple(not pe or min(pe, x.shape[0]) >= x.shape[0] for x in t)
         # concats along channels, which a slice loop fills slice by slice (SliceLoops)
+        self._tile_rows_memo: dict[int, tuple[int, ...]] = {}
         self._split_memo: dict[tuple[Group, Group], tuple[Group, ...]] = {}
         self._pass_memo: dict[tuple[Group, Group, Group, Group], list | str] = {}
         self._traffic_memo: dict[tuple[tuple[Group, ...], Group, Group, Group], tuple] = {}
@@ -336,39 +339,49 @@ class BRR(CostModel):
             return 0
         return self._floor(nodes, None)
 
-    def restreams_weights(self, nodes: Group) -> bool:
-        # Every group G holding ``nodes`` keeps its weights out (``b*(W + footprint) >=
-        # beta``: W(G) >= W(nodes), footprint >= buffer_floor) and its tile of every sink
-        # row does not fit, so it streams them once per tile over >= 2 tiles. In that
-        # full tile each sink keeps all its rows (``last_height`` is the tallest sink's
-        # height) and an op keeps its in-group readers' windows of their rows, so by
-        # induction from the sinks an op keeps >= ``_full_rows`` (its height, or the
-        # smallest window over every reader it may have); the floor's other terms carry
-        # over row for row. Only a group the scheme prices (not a layer's own loop order)
-        # is charged per tile (docs/cost-model.md, "Lower bounds").
+    def weight_reads_floor(self, nodes: Group) -> int:
+        # Every valid group G holding ``nodes`` keeps its weights out when ``b*(W +
+        # floor) >= beta`` (W(G) >= W(nodes), footprint >= buffer_floor), and then streams
+        # them once per tile. A tile of ceil(H_L / k) sink rows (H_L the tallest sink's
+        # height) keeps in each sink >= ceil(H_out / k) of its rows and in every other op
+        # its in-group readers' windows of theirs, so by induction from the sinks each op
+        # keeps >= ``_tile_rows(k)[v]``: the least of ceil(H_out / k) and the windows any
+        # reader it may have needs; the floor's other terms carry over row for row. When
+        # that floor reaches the buffer, the tallest tile is shorter than H_L / k and G has
+        # >= k + 1 tiles. Only a group the scheme prices (not a layer's own loop order) is
+        # charged per tile (docs/cost-model.md, "Lower bounds").
         if self._optimus is not None or self._fractional_reads or not self._physical:
-            return False  # those profiles price weight reads by their tools' rules
+            return 1  # those profiles price weight reads by their tools' rules
         if not self.monotone_over_downsets() or not self.scheme_prices_every_group_holding(nodes):
-            return False  # a layer's own loop order may keep the weights (``_priced``)
+            return 1  # a layer's own loop order may keep the weights (``_priced``)
         b, beta = self.b, self.beta
         if b * self.weight_elements(nodes) + self.buffer_floor(nodes) < beta:
-            return False
-        return self._floor(nodes, self._full_rows) >= beta
+            return 1
+        reads = 1
+        for k in TILE_STEPS:
+            if self._floor(nodes, self._tile_rows(k)) < beta:
+                break
+            reads = k + 1
+        return reads
 
-    @cached_property
-    def _full_rows(self) -> tuple[int, ...]:
-        """Per op, rows it keeps at least in a tile of every sink row of any group: its
-        height, or the window of the fewest rows any reader's full tile can need."""
-        full = [0] * len(self.graph)
+    def _tile_rows(self, k: int) -> tuple[int, ...]:
+        """Per op, rows it keeps at least in a tile of ceil(H_L / k) sink rows of any group
+        holding it: ceil(H_out / k) as a sink, else the window of the fewest rows any of
+        its readers' tiles can need."""
+        hit = self._tile_rows_memo.get(k)
+        if hit is not None:
+            return hit
+        rows = [0] * len(self.graph)
         succ = self.graph.succ_mask
-        for v in reversed(range(len(full))):
+        for v in reversed(range(len(rows))):
             h_out = self._out_shape[v][1]
-            need = h_out
+            need = -(-h_out // k)
             for c in bits(succ[v]):
-                k, s = self._window[c]
-                need = min(need, input_rows(k, s, full[c], h_out))
-            full[v] = max(need, 1)
-        return tuple(full)
+                kc, sc = self._window[c]
+                need = min(need, input_rows(kc, sc, rows[c], h_out))
+            rows[v] = max(need, 1)
+        hit = self._tile_rows_memo[k] = tuple(rows)
+        return hit
 
     def _floor(self, nodes: Group, least: tuple[int, ...] | None) -> int:
         """:meth:`buffer_floor`'s sum with each op keeping at least ``least[v]`` rows (None:
