@@ -154,21 +154,20 @@ def plan_lower_bound(cost_model: CostModel) -> int:
 
 class ChainRelaxation:
     """Where buffer-forced cuts and weight re-streaming fall along chains of ops, as an extra
-    term of :class:`TrafficBound` (docs/cost-model.md, "Lower bounds: chains").
+    term of :class:`TrafficBound` (docs/cost-model.md, "Chains").
 
     *Chains* are paths along edges between the searched ops that pay, heaviest first, no
     two carrying the same tensor; each op's weights are *owned* by the first chain through
     it. In any plan each chain meets each group in a contiguous run (groups are convex), and
-    the runs left to execute from a state are a suffix of the chain. A run
-    costs nothing beyond the traffic bound's terms unless its hull cannot fit (then no group
-    holds it: infinite) or every group holding it reads its weights more than once
-    (:meth:`CostModel.weight_reads_floor`: the weights the run owns, per read beyond the
-    first); a cut between two consecutive ops of a chain writes the tensor between them and
-    reads it back, beyond what
-    the traffic bound already charges for it. Per chain, a DP over where the cuts fall gives
-    the least cost of every suffix; the relaxation is their sum over the chains' remaining
-    suffixes. Runs longer than ``MAX_RUN`` ops are not tested (possible; read as often as
-    their first ops), and once the floor budget is spent the remaining chains count 0.
+    the runs left to execute from a state are a suffix of the chain. A run costs nothing
+    beyond the traffic bound's terms unless its hull cannot fit (no group holds it) or every
+    group holding it reads its weights more than once (:meth:`CostModel.weight_reads_floor`:
+    the weights the run owns, per read beyond the first); a cut between two consecutive ops
+    writes the tensor between them and reads it back, beyond what the traffic bound already
+    charges for it. Per chain, a DP over where the cuts fall gives the least cost of every
+    suffix; the relaxation is their sum over the chains' remaining suffixes. Runs longer
+    than ``MAX_RUN`` ops are not tested (possible; read as often as their first ops), and
+    once the floor budget is spent the remaining chains count 0.
     """
 
     MAX_RUN = 16

@@ -349,7 +349,7 @@ class BRR(CostModel):
         # reader it may have needs; the floor's other terms carry over row for row. When
         # that floor reaches the buffer, the tallest tile is shorter than H_L / k and G has
         # >= k + 1 tiles. Only a group the scheme prices (not a layer's own loop order) is
-        # charged per tile (docs/cost-model.md, "Lower bounds").
+        # charged per tile (docs/cost-model.md, "Chains").
         if self._optimus is not None or self._fractional_reads or not self._physical:
             return 1  # those profiles price weight reads by their tools' rules
         if not self.monotone_over_downsets() or not self.scheme_prices_every_group_holding(nodes):
