@@ -20,6 +20,7 @@ import random
 
 import pytest
 
+import fusionplan as fp
 from accel_model import Accelerator
 from accel_model.bounds import TrafficBound, plan_lower_bound
 from accel_model.lbdf import LBDF
@@ -268,6 +269,7 @@ def test_a_chain_that_no_group_holds_whole_is_charged_its_cheapest_cut():
     assert bound.remaining(0b001) == 256 + 200 + 256
     assert TrafficBound(cm, [], chain_floors=1).total() == 1068  # one chain, any budget
 
+
 CHAIN_CASES = CASES + [(seed, scheme) for seed in range(40, 76) for scheme in ("lbdf", "brr")]
 
 
@@ -308,3 +310,14 @@ def test_chain_relaxation_is_consistent_on_every_transition(seed, scheme):
                 seen.add(nxt)
                 todo.append(nxt)
     assert solver.h(problem.graph.all_nodes) == 0
+
+
+@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v3_small"])
+@pytest.mark.parametrize("scheme", ["lbdf", "brr"])
+def test_chain_relaxation_never_exceeds_a_zoo_optimum(model, scheme):
+    # exact on real networks too: the bound with its chains stays at or below the proven
+    # optimum at a small and a large buffer (every zoo model: docs/results.md, "Issue 27")
+    for buffer in ("64KB", "512KB"):
+        plan = fp.plan(model, buffer, scheme, search="exact")
+        assert plan.result.exact.optimal
+        assert plan_lower_bound(plan.cost_model) <= plan.metrics.dram_bytes
