@@ -12,7 +12,8 @@ command gives the same plan on any machine and under any load. With ``W`` the ru
    search then runs for ``lns_share`` x W units, starting from the better of the exact
    search's and the local search's plans.
 3. The exact search runs again on the units left (no greedy dive: it spends them all on A*),
-   with LNS's plan as its first upper bound:
+   with LNS's plan as its first upper bound and the chain relaxation added to its bound
+   (accel_model/bounds.py; the first run proves most graphs without paying for it):
    A* prunes every state whose bound reaches it, so it often proves that plan optimal (or
    finds better) where the first run, bounded only by a greedy dive, could not.
 
