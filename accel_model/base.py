@@ -409,14 +409,15 @@ class CostModel(ABC):
         """
         return 0
 
-    def weight_reads_floor(self, nodes: Group) -> int:
+    def weight_reads_floor(self, nodes: Group, floor: int | None = None) -> tuple[int, int]:
         """How many times at least every valid group containing ``nodes`` reads its weights
-        from DRAM (BRR: once per tile when they do not stay beside the rows).
+        from DRAM (BRR: once per tile when they do not stay beside the rows), and how many
+        buffer floors proving it took (work). ``floor``: ``buffer_floor(nodes)`` if known.
 
         The chain relaxation of the traffic bound charges such a group the reads beyond the
         first; 1, which proves nothing, is always sound.
         """
-        return 1
+        return 1, 0
 
     @abstractmethod
     def _compute(self, group: Group) -> GroupCost:

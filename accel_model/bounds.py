@@ -61,12 +61,13 @@ class TrafficBound:
     is in docs/cost-model.md), so the bound is admissible and consistent:
     ``bound(D) <= cost(step) + bound(D + step)`` for every step of a plan.
 
-    With ``chain_floors`` > 0 the :class:`ChainRelaxation` is added, built with at most that
-    many buffer floors (a work budget: the same terms on every machine).
+    With ``chain_budget`` > 0 the :class:`ChainRelaxation` is added (its terms borrow the
+    read terms above, "Chains" in docs/cost-model.md proves the sum consistent), built
+    within that much work (about one unit per buffer floor: the same terms on every machine).
     """
 
     def __init__(
-        self, cost_model: CostModel, atoms: Sequence[Group], chain_floors: int = 0
+        self, cost_model: CostModel, atoms: Sequence[Group], chain_budget: int = 0
     ) -> None:
         cm, g = cost_model, cost_model.graph
         self.all = g.all_nodes
@@ -98,7 +99,7 @@ class TrafficBound:
             written = bool(prod & paying) and (ti in outs or bool(cons[ti] & fixed) or bool(sep))
             self.tensors.append((b * t.size, prod, free, cons[ti] & ~free_alone, written, sep))
         self.separated_tensors = sum(1 for *_, sep in self.tensors if sep)
-        self.chains = ChainRelaxation(cm, self, chain_floors) if chain_floors > 0 else None
+        self.chains = ChainRelaxation(cm, self, chain_budget) if chain_budget > 0 else None
 
     def atoms_in(self, mask: Group) -> list[Group]:
         """The atoms whose nodes make up ``mask`` (a union of whole atoms)."""
@@ -135,13 +136,15 @@ class TrafficBound:
         return self.remaining(0)
 
 
-CHAIN_FLOORS_PER_OP = 8
-"""The chain relaxation's budget of buffer floors, per op of the graph."""
+CHAIN_WORK_PER_OP = 96
+"""The chain relaxation's work budget per op of the graph, in units of a buffer floor over
+eight ops (GoogLeNet needs about 46 per op, Inception-v3 about 40, DenseNet-121 at 128 KB
+BRR about 90; the largest take about a second)."""
 
 
-def chain_floors(graph: OpGraph) -> int:
-    """The chain relaxation's floor budget on ``graph``."""
-    return CHAIN_FLOORS_PER_OP * len(graph)
+def chain_budget(graph: OpGraph) -> int:
+    """The chain relaxation's work budget on ``graph``."""
+    return CHAIN_WORK_PER_OP * len(graph)
 
 
 def plan_lower_bound(cost_model: CostModel) -> int:
@@ -149,7 +152,7 @@ def plan_lower_bound(cost_model: CostModel) -> int:
     atoms."""
     unf = unfusable_nodes(cost_model)
     atoms = [1 << v for v in bits(unf)]
-    return TrafficBound(cost_model, atoms, chain_floors(cost_model.graph)).total()
+    return TrafficBound(cost_model, atoms, chain_budget(cost_model.graph)).total()
 
 
 class ChainRelaxation:
@@ -172,7 +175,7 @@ class ChainRelaxation:
 
     MAX_RUN = 16
 
-    def __init__(self, cost_model: CostModel, bound: TrafficBound, floors: int) -> None:
+    def __init__(self, cost_model: CostModel, bound: TrafficBound, budget: int) -> None:
         cm, g = cost_model, cost_model.graph
         paying, fixed = bound.paying, bound.fixed
         # per edge between paying ops: what a cut there adds to the traffic bound's terms,
@@ -187,19 +190,25 @@ class ChainRelaxation:
             for c in bits(cons & paying):
                 cut_cost[(p, c)] = max(cut_cost.get((p, c), 0), extra)
                 carried.setdefault((p, c), []).append(ti)
-        self.floors = 0
+        scan = max(len(g.edges) // 32, 1)  # the work of one search for a chain
+        self.work, self.budget = 0, budget
         self.suffixes: list[tuple[Group, list[int]]] = []
         for path, owned in heaviest_chains(g.pred_mask, paying, bound.weight, cut_cost, carried):
-            if self.floors >= floors:
-                break
+            self.work += scan
             cuts = [cut_cost[(path[j], path[j + 1])] for j in range(len(path) - 1)]
-            self.suffixes.append((mask_of(path), self._suffix_costs(cm, path, cuts, owned, fixed)))
+            f = self._suffix_costs(cm, path, cuts, owned, fixed)
+            if f is None:
+                break  # the budget is spent: this chain and the rest count 0
+            self.suffixes.append((mask_of(path), f))
+            if self.work >= budget:
+                break
 
     def _suffix_costs(
         self, cm: CostModel, path: list[int], cuts: list[int], owned: list[int], fixed: Group
-    ) -> list[int]:
-        """``f[i]``: the least extra cost of running ``path[i:]`` (``f[len(path)]`` = 0).
-        A run longer than ``MAX_RUN`` is not tested: it is taken as possible, its weights
+    ) -> list[int] | None:
+        """``f[i]``: the least extra cost of running ``path[i:]`` (``f[len(path)]`` = 0);
+        None once the work passes the budget. A run longer than ``MAX_RUN`` is not tested
+        for its floor: it is taken as possible unless its hull holds an atom, its weights
         read as often as its first ``MAX_RUN`` ops' (it holds them)."""
         anc, desc = cm.graph.ancestor_mask, cm.graph.descendant_mask
         n, beta = len(path), cm.beta
@@ -209,20 +218,25 @@ class ChainRelaxation:
             best, reads, run_weight = None, 1, 0
             for j in range(i, n):
                 run_weight += owned[j]
+                hull = (1 << path[i]) | (1 << path[j]) | (desc[path[i]] & anc[path[j]])
+                if hull & fixed:
+                    break  # no group holds an atom's op: nor any longer run
                 if j < i + self.MAX_RUN:
-                    hull = (1 << path[i]) | (1 << path[j]) | (desc[path[i]] & anc[path[j]])
-                    if hull & fixed:
-                        break  # no group holds an atom's op: nor any longer run
-                    self.floors += 1
-                    if cm.buffer_floor(hull) >= beta:
+                    floor = cm.buffer_floor(hull)
+                    per_floor = 1 + hull.bit_count() // 8  # a floor reads every op of the hull
+                    self.work += per_floor
+                    if floor >= beta:
                         break  # no group holds this run, nor a longer one (it holds this one)
                     if run_weight:  # a longer run holds this one: at least as many reads
-                        reads = max(reads, cm.weight_reads_floor(hull))
+                        more, floors = cm.weight_reads_floor(hull, floor)
+                        reads, self.work = max(reads, more), self.work + floors * per_floor
                 c = (reads - 1) * run_weight + cuts[j] + f[j + 1]
                 if best is None or c < best:
                     best = c
             assert best is not None, "a paying op always runs alone"
             f[i] = best
+            if self.work > self.budget:
+                return None
         return f
 
     def remaining(self, done: Group) -> int:
@@ -237,10 +251,11 @@ def heaviest_chains(
     edge: dict[tuple[int, int], int],
     carried: dict[tuple[int, int], list[int]],
 ) -> Iterator[tuple[list[int], list[int]]]:
-    """Paths of ``nodes`` along edges, each with the weights it *owns* per op: taken one at
-    a time as the path of the largest owned weights plus edge costs, where an edge whose
-    tensors an earlier path carries is not used again and an op's weight belongs to the
-    first path through it (ties: the lowest labels). Stops when no path is worth > 0."""
+    """Paths of ``nodes`` along edges (two ops or more), each with the weights it *owns* per
+    op: taken one at a time as the path of the largest owned weights plus edge costs, where
+    an edge whose tensors an earlier path carries is not used again and an op's weight
+    belongs to the first path through it (ties: the lowest labels). Stops when no path of
+    two ops or more is worth > 0."""
     left = list(weight)
     used: set[int] = set()
     while True:

@@ -339,7 +339,7 @@ class BRR(CostModel):
             return 0
         return self._floor(nodes, None)
 
-    def weight_reads_floor(self, nodes: Group) -> int:
+    def weight_reads_floor(self, nodes: Group, floor: int | None = None) -> tuple[int, int]:
         # Every valid group G holding ``nodes`` keeps its weights out when ``b*(W +
         # floor) >= beta`` (W(G) >= W(nodes), footprint >= buffer_floor), and then streams
         # them once per tile. A tile of ceil(H_L / k) sink rows (H_L the tallest sink's
@@ -350,19 +350,23 @@ class BRR(CostModel):
         # that floor reaches the buffer, the tallest tile is shorter than H_L / k and G has
         # >= k + 1 tiles. Only a group the scheme prices (not a layer's own loop order) is
         # charged per tile (docs/cost-model.md, "Chains").
-        if self._optimus is not None or self._fractional_reads or not self._physical:
-            return 1  # those profiles price weight reads by their tools' rules
+        if not self._physical:
+            return 1, 0  # the tools' profiles price weight reads by their own rules
         if not self.monotone_over_downsets() or not self.scheme_prices_every_group_holding(nodes):
-            return 1  # a layer's own loop order may keep the weights (``_priced``)
+            return 1, 0  # a layer's own loop order may keep the weights (``_priced``)
         b, beta = self.b, self.beta
-        if b * self.weight_elements(nodes) + self.buffer_floor(nodes) < beta:
-            return 1
+        floors = 0
+        if floor is None:
+            floor, floors = self.buffer_floor(nodes), 1
+        if b * self.weight_elements(nodes) + floor < beta:
+            return 1, floors
         reads = 1
         for k in TILE_STEPS:
+            floors += 1
             if self._floor(nodes, self._tile_rows(k)) < beta:
                 break
             reads = k + 1
-        return reads
+        return reads, floors
 
     def _tile_rows(self, k: int) -> tuple[int, ...]:
         """Per op, rows it keeps at least in a tile of ceil(H_L / k) sink rows of any group

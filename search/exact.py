@@ -118,7 +118,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from accel_model.bounds import TrafficBound, chain_floors
+from accel_model.bounds import TrafficBound, chain_budget
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.planning.result import ExactBound, SearchResult
@@ -141,7 +141,7 @@ if TYPE_CHECKING:
     from accel_model.base import CostModel
     from fusionplan.ir.graph import OpGraph
 
-FLOOR_UNITS = 4  # work units per buffer floor of the chain relaxation (about a group visit's)
+FLOOR_UNITS = 4  # work units per unit of the chain relaxation (a buffer floor, about a visit)
 
 # (group of fusable nodes, unfusable nodes absorbed after it, next state, DRAM bytes)
 Transition = tuple[Group, Group, Group, int]
@@ -244,7 +244,8 @@ class ExactSolver:
 
     ``unfusable`` nodes run alone; ``fixed`` groups (disjoint sets of fusable nodes, the
     large-neighbourhood search's frozen part) run as they are. Both are *atoms*: never
-    searched, executed as soon as every producer they need has run.
+    searched, executed as soon as every producer they need has run. ``chains`` adds the
+    chain relaxation to the heuristic (still consistent; its floors count as work).
     """
 
     def __init__(
@@ -261,7 +262,7 @@ class ExactSolver:
         bound = self.bound = TrafficBound(
             cm,
             [1 << u for u in bits(unfusable)] + [grp for grp in fixed if grp],
-            chain_floors(g) if chains else 0,
+            chain_budget(g) if chains else 0,
         )
         self.atom_of, self.atom_dram = bound.atom_of, bound.atom_dram
         self.atoms_in, self.atoms_dram = bound.atoms_in, bound.atoms_dram
@@ -272,9 +273,11 @@ class ExactSolver:
         self.prune = cm.monotone_over_downsets()  # module docstring: why pruning is exact
         self._h: dict[Group, int] = {}
         self._expanded: dict[Group, list[Transition]] = {}
-        self._bound_work = max(len(g) // 8, 1)  # a state's bound reads every op and tensor
+        # a state's bound reads every op and tensor, and every chain's suffix
+        chained = len(bound.chains.suffixes) if bound.chains else 0
+        self._bound_work = max((len(g) + chained) // 8, 1)
         # this solver's own units: groups visited, states bounded, the chains' floors (work)
-        self._units = FLOOR_UNITS * bound.chains.floors if bound.chains else 0
+        self._units = FLOOR_UNITS * bound.chains.work if bound.chains else 0
         self._cost_work0 = cm.stats.work  # the cost model's count when this solver began
         self.work_end = math.inf  # stop once ``work`` passes this
         self.clock_end = math.inf  # the wall-clock safety cap (perf_counter reading)

@@ -265,14 +265,15 @@ def test_a_chain_that_no_group_holds_whole_is_charged_its_cheapest_cut():
     cm = LBDF(graph, Accelerator(400, "lbdf"))
     assert cm.is_valid(0b011) and cm.is_valid(0b110) and not cm.is_valid(0b111)
     assert cm.buffer_floor(0b111) == 412
-    plain, bound = TrafficBound(cm, []), TrafficBound(cm, [], chain_floors=100)
+    plain, bound = TrafficBound(cm, []), TrafficBound(cm, [], chain_budget=100)
     assert plain.separated_tensors == 0 and plain.total() == 256 + 256 + 300
     assert bound.total() == 1068
     best = make_search("exact").run(FusionProblem(cm, make_splitter("tree", cm, 0), 1), 0)
     assert best.best.dram == 1068 and sorted(best.best.groups) == [0b011, 0b100]
     # {a} ran: b and c fit together, t is read back (256), b and c's weights and y remain
     assert bound.remaining(0b001) == 256 + 200 + 256
-    assert TrafficBound(cm, [], chain_floors=1).total() == 1068  # one chain, any budget
+    # past its budget the chain is dropped, never half counted
+    assert TrafficBound(cm, [], chain_budget=1).total() == plain.total()
 
 
 CHAIN_CASES = CASES + [(seed, scheme) for seed in range(40, 76) for scheme in ("lbdf", "brr")]
@@ -288,7 +289,7 @@ def test_chain_relaxation_admissible_and_consistent(seed, scheme):
     cm = problem.cost_model
     atoms = [1 << v for v in bits(problem.unfusable)]
     plain = TrafficBound(cm, atoms)
-    bound = TrafficBound(cm, atoms, chain_floors=10_000)
+    bound = TrafficBound(cm, atoms, chain_budget=10_000)
     assert plain.total() <= bound.total() <= opt
     _pays_its_drop_along(problem, bound, plan)
 

@@ -324,7 +324,7 @@ def test_every_group_holding_a_node_set_reads_its_weights_as_often_as_its_floor_
                     cost, tt = cm.cost(g), cm.terms(g)
                     for _ in range(4):
                         part = g & rng.randrange(1, 1 << len(graph))
-                        reads = cm.weight_reads_floor(part) if part else 1
+                        reads = cm.weight_reads_floor(part)[0] if part else 1
                         if reads > 1 and cost.valid:
                             hits += 1
                             deep += reads > 2
