@@ -81,3 +81,14 @@ def test_gap_summary_splits_catalogue_and_synthetic():
     text = gap_summary(rows)
     assert "catalogue: gap median 25.00%, max 50.00%, <= 2 % on 1 of 2 cells" in text
     assert "synthetic graphs: gap median 20.00%, max 300.00%, <= 2 % on 1 of 3 cells" in text
+
+
+def test_certified_runs_a_synthetic_graph(tmp_path):
+    out, report = tmp_path / "out", tmp_path / "results.md"
+    invoke("bench", "certified", "--models", "randwire-n32-s0", "--schemes", "lbdf",
+           "--buffers", "1MB", "--ls-budget", "50", "--exact-limit", "0",
+           "--out", out, "--report", report, "-q")  # fmt: skip
+    (row,) = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert row["model"] == "randwire-n32-s0" and row["ops"] == 136
+    assert 0 < row["bound_mb"] <= row["auto_mb"] <= row["ls_mb"] + 1e-9
+    assert "synthetic graphs: gap median" in report.read_text()
