@@ -276,7 +276,7 @@ def build_schedule(cost_model: CostModel, group: Group) -> Schedule:
         # rounded up past the buffer, so there is no schedule to lay out, only Optimus's figure
         raise ScheduleError(
             "the optimus profile prices a fused group by Optimus's own formulas "
-            '(docs/cost-model.md, "The optimus profile"), which read inputs without halo: '
+            "(docs/cost-model.md, \"The optimus profile\"), which read inputs without halo: "
             "no schedule computes the graph with that traffic"
         )
     name = cost_model.name if kind == "scheme" else LAYER

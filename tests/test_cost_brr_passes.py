@@ -189,7 +189,9 @@ def test_random_groups_count_as_the_set_based_passes(seed, pe):
 def _footprint_at(lines, parity: int, h: int) -> int:
     """A tile's footprint of ``h`` sink rows, line by line: each row count grows by its
     scale per sink row until it reaches its tensor's height (docs/cost-model.md, "BRR")."""
-    return sum(line[1 + parity] * min(r + (h - 1) * g, cap) for *line, r, g, cap in lines)
+    return sum(
+        line[1 + parity] * min(r + (h - 1) * g, cap) for *line, r, g, cap in lines
+    )
 
 
 @given(
