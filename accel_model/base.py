@@ -24,7 +24,7 @@ from accel_model.layer import (
     single_layer_tiling,
 )
 from accel_model.rows import is_tiling_pool
-from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
+from fusionplan.ir.graph import Group, OpGraph, bits, hull_between, mask_of
 
 
 class GroupCost(NamedTuple):
@@ -387,15 +387,14 @@ class CostModel(ABC):
         not free alone: the hull is the producer, the consumer and every op on a path between
         them, "too big" when :meth:`buffer_floor` proves no valid group holds it. Kept here,
         once per cost model, because every LNS window's traffic bound reads it."""
-        g, free = self.graph, self.free_alone
-        anc, desc, cons = g.ancestor_mask, g.descendant_mask, g.consumer_mask
+        g, free, cons = self.graph, self.free_alone, self.graph.consumer_mask
         out = []
         for ti, t in enumerate(g.tensors):
             p = t.producer
             row = []
             if p >= 0 and not free >> p & 1:
                 for c in bits(cons[ti] & ~free):
-                    hull = (1 << p) | (1 << c) | (desc[p] & anc[c])
+                    hull = hull_between(g, p, c)
                     row.append((c, hull, self.buffer_floor(hull) >= self.beta))
             out.append(tuple(row))
         return tuple(out)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import pairwise
+from weakref import WeakKeyDictionary
 
 from accel_model.base import CostModel
-from fusionplan.ir.graph import Group, OpGraph, bits, mask_of
+from fusionplan.ir.graph import Group, OpGraph, bits, hull_between, mask_of
 
 
 def unfusable_nodes(model: CostModel) -> Group:
@@ -99,7 +100,7 @@ class TrafficBound:
             written = bool(prod & paying) and (ti in outs or bool(cons[ti] & fixed) or bool(sep))
             self.tensors.append((b * t.size, prod, free, cons[ti] & ~free_alone, written, sep))
         self.separated_tensors = sum(1 for *_, sep in self.tensors if sep)
-        self.chains = ChainRelaxation(cm, self, chain_budget) if chain_budget > 0 else None
+        self.chains = chain_relaxation(cm, self, chain_budget) if chain_budget > 0 else None
 
     def atoms_in(self, mask: Group) -> list[Group]:
         """The atoms whose nodes make up ``mask`` (a union of whole atoms)."""
@@ -155,6 +156,23 @@ def plan_lower_bound(cost_model: CostModel) -> int:
     return TrafficBound(cost_model, atoms, chain_budget(cost_model.graph)).total()
 
 
+_CHAINS: WeakKeyDictionary[CostModel, dict[tuple[Group, int], ChainRelaxation]] = (
+    WeakKeyDictionary()
+)  # per cost model: (atoms' ops, budget) -> relaxation
+
+
+def chain_relaxation(cm: CostModel, bound: TrafficBound, budget: int) -> ChainRelaxation:
+    """The :class:`ChainRelaxation` of ``bound``, built once per cost model, atoms and
+    budget (auto's static bound, its second exact run and ``certify`` all ask for it; it
+    depends on the atoms only through the ops they cover)."""
+    built = _CHAINS.setdefault(cm, {})
+    key = (bound.fixed, budget)
+    hit = built.get(key)
+    if hit is None:
+        hit = built[key] = ChainRelaxation(cm, bound, budget)
+    return hit
+
+
 class ChainRelaxation:
     """Where buffer-forced cuts and weight re-streaming fall along chains of ops, as an extra
     term of :class:`TrafficBound` (docs/cost-model.md, "Chains").
@@ -170,7 +188,8 @@ class ChainRelaxation:
     charges for it. Per chain, a DP over where the cuts fall gives the least cost of every
     suffix; the relaxation is their sum over the chains' remaining suffixes. Runs longer
     than ``MAX_RUN`` ops are not tested (possible; read as often as their first ops), and
-    once the floor budget is spent the remaining chains count 0.
+    once the work budget is spent the remaining chains count 0. ``work`` is what building
+    it took, in units of a buffer floor.
     """
 
     MAX_RUN = 16
@@ -191,12 +210,12 @@ class ChainRelaxation:
                 cut_cost[(p, c)] = max(cut_cost.get((p, c), 0), extra)
                 carried.setdefault((p, c), []).append(ti)
         scan = max(len(g.edges) // 32, 1)  # the work of one search for a chain
-        self.work, self.budget = 0, budget
+        self.work = 0
         self.suffixes: list[tuple[Group, list[int]]] = []
         for path, owned in heaviest_chains(g.pred_mask, paying, bound.weight, cut_cost, carried):
             self.work += scan
             cuts = [cut_cost[(path[j], path[j + 1])] for j in range(len(path) - 1)]
-            f = self._suffix_costs(cm, path, cuts, owned, fixed)
+            f = self._suffix_costs(cm, path, cuts, owned, fixed, budget)
             if f is None:
                 break  # the budget is spent: this chain and the rest count 0
             self.suffixes.append((mask_of(path), f))
@@ -204,21 +223,26 @@ class ChainRelaxation:
                 break
 
     def _suffix_costs(
-        self, cm: CostModel, path: list[int], cuts: list[int], owned: list[int], fixed: Group
+        self,
+        cm: CostModel,
+        path: list[int],
+        cuts: list[int],
+        owned: list[int],
+        fixed: Group,
+        budget: int,
     ) -> list[int] | None:
         """``f[i]``: the least extra cost of running ``path[i:]`` (``f[len(path)]`` = 0);
         None once the work passes the budget. A run longer than ``MAX_RUN`` is not tested
         for its floor: it is taken as possible unless its hull holds an atom, its weights
         read as often as its first ``MAX_RUN`` ops' (it holds them)."""
-        anc, desc = cm.graph.ancestor_mask, cm.graph.descendant_mask
-        n, beta = len(path), cm.beta
+        graph, n, beta = cm.graph, len(path), cm.beta
         cuts = [*cuts, 0]  # no cut after the chain's last op
         f = [0] * (n + 1)
         for i in range(n - 1, -1, -1):
             best, reads, run_weight = None, 1, 0
             for j in range(i, n):
                 run_weight += owned[j]
-                hull = (1 << path[i]) | (1 << path[j]) | (desc[path[i]] & anc[path[j]])
+                hull = hull_between(graph, path[i], path[j])
                 if hull & fixed:
                     break  # no group holds an atom's op: nor any longer run
                 if j < i + self.MAX_RUN:
@@ -235,7 +259,7 @@ class ChainRelaxation:
                     best = c
             assert best is not None, "a paying op always runs alone"
             f[i] = best
-            if self.work > self.budget:
+            if self.work > budget:
                 return None
         return f
 

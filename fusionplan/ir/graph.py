@@ -257,6 +257,12 @@ def descendants_of(desc: Sequence[Group], ops: Group) -> Group:
     return out
 
 
+def hull_between(graph: OpGraph, u: int, v: int) -> Group:
+    """``u``, ``v`` and every op on a path from ``u`` to ``v``: what a convex group holding
+    both must hold."""
+    return (1 << u) | (1 << v) | (graph.descendant_mask[u] & graph.ancestor_mask[v])
+
+
 def ancestors_of(anc: Sequence[Group], ops: Group) -> Group:
     """Every strict ancestor of the ops ``ops`` (``anc``: ``OpGraph.ancestor_mask``), the
     last ops first, skipping those above one already taken (as :func:`descendants_of`)."""
