@@ -11,6 +11,13 @@ A file is a flat mapping (docs/cost-model.md, "Accelerator description files")::
     single_layer: tiled
     profile: fusionplan      # or optimus / paper: the defaults of the settings not given
     conventions: []          # any of Optimus's conventions, one by one
+    pe_array: {rows: 32, cols: 16, dataflow: cout-ow}   # latency and energy only:
+    clock_mhz: 1000          #   accel_model/hardware.py, docs/cost-model.md
+    dram_gb_per_s: 25.6
+    buffer_banks: 8
+    bank_bytes_per_cycle: 8
+    double_buffering: true
+    energy: {dram_pj_per_byte: 100, buffer_pj_per_byte: 2.5, mac_pj: 1, leakage_pj_per_cycle: 0}
 
 Every key is optional except where a command needs the buffer; an empty file, unknown keys,
 wrong types, bad values and unreadable files are a one-line ``ConfigError`` naming the file
@@ -34,6 +41,7 @@ from accel_model.accelerator import (
     Accelerator,
     parse_size,
 )
+from accel_model.hardware import Hardware
 from accel_model.registry import COST_MODELS
 from fusionplan.ir.errors import ConfigError
 
@@ -47,6 +55,13 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "single_layer": (str,),
     "profile": (str,),
     "conventions": (list,),
+    "pe_array": (dict,),
+    "clock_mhz": (int, float),
+    "dram_gb_per_s": (int, float),
+    "buffer_banks": (int,),
+    "bank_bytes_per_cycle": (int,),
+    "double_buffering": (bool,),
+    "energy": (dict,),
 }
 KEYS: tuple[str, ...] = tuple(_TYPES)
 """The keys a description file may hold."""
@@ -95,6 +110,10 @@ def read_description(path: str | os.PathLike) -> dict[str, Any]:
         problem = _value_problem(key, value)
         if problem:
             raise ConfigError(f"accelerator file {file}: key {key!r}: {problem}")
+    try:
+        hardware_from(data)
+    except ConfigError as e:
+        raise ConfigError(f"accelerator file {file}: {e}") from None
     return data
 
 
@@ -138,6 +157,33 @@ def accelerator_from(settings: dict[str, Any], buffer: str | int | None = None) 
         profile=settings.get("profile", "fusionplan"),
         **extra,
     )
+
+
+_NESTED = {
+    "pe_array": {"rows": "pe_rows", "cols": "pe_cols", "dataflow": "dataflow"},
+    "energy": {
+        k: k for k in ("dram_pj_per_byte", "buffer_pj_per_byte", "mac_pj", "leakage_pj_per_cycle")
+    },
+}
+_FLAT_HARDWARE = ("clock_mhz", "dram_gb_per_s", "buffer_banks", "bank_bytes_per_cycle",
+                  "double_buffering")  # fmt: skip
+
+
+def hardware_from(settings: dict[str, Any]) -> Hardware:
+    """The :class:`Hardware` of description settings (its defaults where they say nothing):
+    ``pe_array`` and ``energy`` are sub-mappings, the rest flat keys."""
+    fields: dict[str, Any] = {k: settings[k] for k in _FLAT_HARDWARE if k in settings}
+    for section, names in _NESTED.items():
+        for key, value in (settings.get(section) or {}).items():
+            if key not in names:
+                raise ConfigError(f"unknown key {key!r} in {section} (known: {', '.join(names)})")
+            fields[names[key]] = value
+    return Hardware(**fields)
+
+
+def load_hardware(path: str | os.PathLike) -> Hardware:
+    """The hardware a description file describes (its defaults where it says nothing)."""
+    return hardware_from(read_description(path))
 
 
 def load_accelerator(path: str | os.PathLike, buffer: str | int | None = None) -> Accelerator:

@@ -32,9 +32,10 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from accel_model.bounds import plan_lower_bound
+from accel_model.objectives import Objective, objective_parts
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group
-from fusionplan.planning.result import ExactBound, SearchResult
+from fusionplan.planning.result import ExactBound, ObjectiveBound, SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
 from search.certify import DEFAULT_MAX_DOWNSETS, relative_gap
 from search.effort import (
@@ -48,10 +49,11 @@ from search.effort import (
     clock_end,
     units,
 )
-from search.exact import ExactSearch, count_downsets
+from search.exact import ExactSearch, count_downsets, objective_optimum
 from search.lns import LargeNeighbourhoodSearch
 from search.local_search import LocalSearch
 from search.problem import FusionProblem
+from search.result import Recorder
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class AutoSearch:
     def run(self, problem: FusionProblem, seed: int, progress: Progress | None = None
             ) -> SearchResult:  # fmt: skip
         check_start(problem)
+        if problem.objective.name != "dram":
+            return self._other_objective(problem, seed, progress)
         cfg = self.config
         t0 = time.perf_counter()
         end = clock_end(cfg.time_limit_s, t0)
@@ -149,6 +153,49 @@ class AutoSearch:
         merged = replace(third, extra={**second.extra, **third.extra})
         return self._finish(merged, t0, exact, stage, work, clock_hit)
 
+    def _other_objective(
+        self, problem: FusionProblem, seed: int, progress: Progress | None
+    ) -> SearchResult:
+        """Energy, latency or EDP: the DRAM stages above on half the effort (their plan is
+        the first incumbent: DRAM dominates both energy and latency on most designs), then
+        A* under the objective on the other half (EDP: under energy and under latency, a
+        quarter each, the best product kept; its bound is the product of their bounds)."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        end = clock_end(cfg.time_limit_s, t0)
+        cm, objective = problem.cost_model, problem.objective
+        by_dram = FusionProblem(cm, problem.splitter, problem.budget, warm_start=problem.warm_start)
+        first = AutoSearch(replace(cfg, effort=cfg.effort / 2)).run(by_dram, seed)
+        problem.warm_start = [*problem.warm_start, first.best.groups]
+        rec = Recorder(problem, progress)
+        work = units(cfg.effort, AUTO_UNITS) // 2
+        tractable = count_downsets(problem.graph, cfg.max_downsets)[1]
+        parts = objective_parts(objective)
+        bounds: list[ObjectiveBound | None] = []
+        for part in parts:
+            if tractable:
+                sub = FusionProblem(cm, problem.splitter, problem.budget, objective=part)
+                sub.warm_start = [first.best.groups]
+                sub_rec = Recorder(sub)
+                found = objective_optimum(sub, sub_rec, max(work // len(parts), 1), end)
+                best = sub_rec.best
+                assert best is not None
+                problem.warm_start = [*problem.warm_start, best.groups]
+                bounds.append(found)
+            else:
+                bounds.append(None)
+        for cand in problem.warm_candidates():
+            rec.observe(cand)
+        if not objective.additive and cfg.ls_budget:  # polish the product by local moves
+            polish = FusionProblem(cm, problem.splitter, self.config.scout_plans(len(cm.graph)),
+                                   objective=objective, warm_start=[rec.best.groups])  # fmt: skip
+            rec.observe(polish._candidate(LocalSearch().run(polish, seed).best.groups))
+        best = rec.best
+        assert best is not None
+        bound = _combined_bound(objective, best.score, bounds, plan_lower_bound(cm))
+        result = rec.result(self.name, seed, config=asdict(cfg), objective_bound=bound)
+        return replace(result, wall_time_s=time.perf_counter() - t0)
+
     def _scout(self, problem: FusionProblem, seed: int) -> tuple[Group, ...]:
         """The best plan of a local search of :meth:`AutoConfig.scout_plans` plans."""
         budget = self.config.scout_plans(len(problem.graph))
@@ -184,6 +231,31 @@ class AutoSearch:
             exact=replace(exact, gap=gap, work=work, stopped_by=stopped),
             extra={**result.extra, "auto_stage": stage},
         )
+
+
+def _combined_bound(
+    objective: Objective, score: int, found: list[ObjectiveBound | None], traffic: int
+) -> ObjectiveBound:
+    """The objective's bound: A*'s where it ran, else its floor from the static traffic
+    bound; EDP's is the product of the energy and latency bounds (both are >= 0)."""
+    macs = sum(objective.macs)
+    lows, states = [], 0
+    for part, bound in zip(objective_parts(objective), found, strict=True):
+        if bound is None:
+            lows.append(part.rest_floor(macs, traffic))
+        else:
+            lows.append(bound.lower_bound)
+            states += bound.states
+    lower = math.prod(lows) if lows else 0
+    lower = min(lower, score)
+    stopped = [b.stopped_by for b in found if b is not None and not b.optimal]
+    if lower >= score:
+        why = STOP_OPTIMAL
+    elif stopped:
+        why = stopped[0]
+    else:  # every part proven, but a product of optima is not the optimum of the product
+        why = "bounds multiplied" if not objective.additive else "static bound"
+    return ObjectiveBound(objective.name, objective.unit, score, lower, lower >= score, states, why)
 
 
 def _left(end: float) -> float | None:

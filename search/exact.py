@@ -119,9 +119,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from accel_model.bounds import TrafficBound, chain_budget
+from accel_model.objectives import Objective
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
-from fusionplan.planning.result import ExactBound, SearchResult
+from fusionplan.planning.result import ExactBound, ObjectiveBound, SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
 from search.effort import (
     EXACT_UNITS,
@@ -293,6 +294,11 @@ class ExactSolver:
         model's ``work_per_op`` per op of each group costed from scratch, and ops / 8 per
         new state bounded (that is where the time goes)."""
         return self._units + self.cm.stats.work - self._cost_work0
+
+    def charge(self, units: int) -> None:
+        """Count ``units`` of work done outside the enumeration (a schedule built to price
+        a group under another objective, search/exact_objective.py)."""
+        self._units += units
 
     def spend(self) -> bool:
         """Count a visit; True when the run must stop (its units are spent, checked every
@@ -592,6 +598,140 @@ def solve(
     )  # fmt: skip
 
 
+# ------------------------------------------------------------------------ other objectives
+# A* over down-sets for an additive objective other than DRAM: energy or latency
+# (docs/design.md, "Search"; accel_model/objectives.py).
+#
+# The state space, the transitions and the traffic bound are :class:`ExactSolver`'s: only the
+# price of a transition changes. A group's energy or latency comes from its schedule, which
+# costs about a millisecond per op to build, and a state has hundreds of transitions, so A*
+# is *lazy*: a transition is first pushed at a floor of its score computed from the DRAM bytes
+# the cost model already knows (:meth:`Objective.group_floor`), and its schedule is built only
+# when that entry reaches the top of the queue. Exact because the floor is never above the
+# score (an entry popped at its floor is re-pushed at its true f), and the heuristic
+# ``rest_floor(MACs left, traffic bound)`` is consistent wherever the traffic bound is, since
+# each group pays at least its DRAM bytes' and its MACs' share of it.
+
+@dataclass
+class ObjectiveOutcome:
+    groups: list[Group]  # every group of the plan, unfusable singletons included
+    score: int
+    lower_bound: int
+    optimal: bool
+    states: int
+    stopped_by: str = STOP_OPTIMAL
+
+
+def solve_objective(
+    solver: ExactSolver,
+    objective: Objective,
+    limits: SolveLimits,
+    incumbent: list[Group] | None = None,
+) -> ObjectiveOutcome:
+    """The plan of least ``objective`` score within ``limits`` (its ``search`` units; no
+    greedy dive: ``incumbent``, a valid plan with atoms, is the first upper bound, else the
+    all-singleton plan)."""
+    base = solver.work
+    charged = objective.work  # the objective's schedule work already counted
+    solver.work_end = base + limits.search
+    solver.clock_end = limits.clock_end
+    solver.stopped_by = None
+    macs = objective.macs
+    every = solver.all
+
+    def h(done: Group) -> int:
+        left = sum(macs[v] for v in bits(every & ~done))
+        return objective.rest_floor(left, solver.h(done))
+
+    def exact(group: Group, absorbed: Group) -> int:
+        nonlocal charged
+        score = objective.group(group)
+        for atom in solver.atoms_in(absorbed):
+            score += objective.group(atom)
+        solver.charge(objective.work - charged)  # the schedules it built are work
+        charged = objective.work
+        return score
+
+    start, _ = solver.start_state()
+    start_path = solver.atoms_in(start)
+    g0 = sum(objective.group(a) for a in start_path)
+    _, singles = solver._finish_singletons(start, 0, list(start_path))
+    ub_path = list(incumbent) if incumbent is not None else singles
+    ub = objective.plan(ub_path)
+    if incumbent is not None and objective.plan(singles) < ub:
+        ub, ub_path = objective.plan(singles), singles
+    if start == every:
+        return ObjectiveOutcome(ub_path, ub, ub, True, 0)
+
+    best_g: dict[Group, int] = {start: g0}
+    parent: dict[Group, tuple[Group, Group, Group]] = {}
+    closed: set[Group] = set()
+    # (f, tie, state, g, pending): pending (previous state, group, absorbed) is a transition
+    # pushed at its floor whose exact score is still unknown
+    heap: list[tuple[int, int, Group, int, tuple[Group, Group, Group] | None]] = [
+        (g0 + h(start), 0, start, g0, None)
+    ]
+    seq = 0
+
+    def path_to(state: Group) -> list[Group]:
+        steps: list[Group] = []
+        while state != start:
+            prev, group, absorbed = parent[state]
+            steps.extend(reversed(solver.atoms_in(absorbed)))
+            steps.append(group)
+            state = prev
+        return start_path + steps[::-1]
+
+    def push(f: int, state: Group, g: int, pending) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (f, seq, state, g, pending))
+
+    current: int | None = None  # f of the entry being worked on (the bound if stopped there)
+    try:
+        while heap and heap[0][0] < ub:
+            if solver.exhausted():
+                raise _Timeout
+            f, _, state, g, pending = heapq.heappop(heap)
+            current = f
+            if pending is not None:  # price the transition's schedule now
+                prev, group, absorbed = pending
+                g2 = best_g[prev] + exact(group, absorbed)
+                if state == every:
+                    if g2 < ub:
+                        ub, ub_path = g2, [*path_to(prev), group, *solver.atoms_in(absorbed)]
+                    continue
+                if g2 < best_g.get(state, ub) and state not in closed:
+                    best_g[state] = g2
+                    parent[state] = pending
+                    f2 = g2 + h(state)
+                    if f2 < ub:
+                        push(f2, state, g2, None)
+                current = None
+                continue
+            if state in closed or g > best_g[state]:
+                continue
+            transitions = solver.expand(state)
+            closed.add(state)
+            for group, absorbed, nxt, dram in transitions:
+                atoms = dram - solver.cm.cost(group).dram  # the absorbed atoms' DRAM
+                floor = g + objective.group_floor(group, dram - atoms)
+                if absorbed:
+                    floor += sum(objective.group_floor(a, solver.atom_dram[a])
+                                 for a in solver.atoms_in(absorbed))  # fmt: skip
+                f2 = floor + (h(nxt) if nxt != every else 0)
+                if f2 < ub and nxt not in closed:
+                    push(f2, nxt, floor, (state, group, absorbed))
+            current = None
+    except _Timeout:
+        lower = min(ub, heap[0][0]) if heap else ub
+        if current is not None:
+            lower = min(lower, current)
+        return ObjectiveOutcome(ub_path, ub, lower, lower >= ub, solver.states,
+                                solver.stopped_by or STOP_WORK)  # fmt: skip
+    return ObjectiveOutcome(ub_path, ub, ub, True, solver.states)
+
+
 # ------------------------------------------------------------------------ the search
 def check_tractable(graph: OpGraph, max_downsets: int) -> int:
     """The number of down-sets of ``graph``; ConfigError (one line) above ``max_downsets``."""
@@ -618,6 +758,9 @@ class ExactSearch:
         end = clock_end(cfg.time_limit_s)
         rec = Recorder(problem, progress)
         count = check_tractable(problem.graph, cfg.max_downsets)
+        if problem.objective.name != "dram":
+            found = objective_optimum(problem, rec, cfg.total_work, end)
+            return rec.result(self.name, seed, config=asdict(cfg), objective_bound=found)
         solver = ExactSolver(problem.cost_model, problem.unfusable, chains=cfg.chain_bound)
         dive = cfg.dive_share if cfg.greedy_dive else 0.0
         warm = rec.best  # a warm-start plan is the first upper bound
@@ -648,6 +791,35 @@ class ExactSearch:
             work=solver.work,
         )
         return rec.result(self.name, seed, config=asdict(cfg), exact=bound)
+
+
+def objective_optimum(
+    problem: FusionProblem, rec: Recorder, work: int, end: float = math.inf
+) -> ObjectiveBound:
+    """A* under ``problem``'s objective (search/exact_objective.py) on ``work`` units, from
+    the best plan ``rec`` holds; its plan goes to ``rec`` and its bound is returned."""
+    objective = problem.objective
+    if not objective.additive:
+        raise ConfigError(
+            f"objective {objective.name} is not a sum over groups: the exact search cannot "
+            "optimise it; use --search auto, rs, ls or nsga2"
+        )
+    solver = ExactSolver(problem.cost_model, problem.unfusable)
+    best = rec.best
+    incumbent = list(best.groups) if best is not None else None
+    out = solve_objective(solver, objective, SolveLimits.of(work, 0.0, end), incumbent)
+    unf = problem.unfusable
+    cand = rec.observe(problem.evaluate([grp for grp in out.groups if not grp & unf]))
+    if cand.score != out.score:  # the plan is scored twice, by A* and by the problem
+        raise RuntimeError(
+            f"exact search: A* {objective.name} {out.score} != evaluated plan {cand.score}"
+        )
+    best = rec.best
+    assert best is not None
+    return ObjectiveBound(
+        objective.name, objective.unit, best.score, min(out.lower_bound, best.score),
+        out.optimal or out.lower_bound >= best.score, out.states, out.stopped_by,
+    )  # fmt: skip
 
 
 SEARCHES.register("exact", ExactSearch, help="proven optimum, A* over down-sets")

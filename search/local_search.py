@@ -65,7 +65,7 @@ class _Member:
 
     def __init__(self, cand: Candidate, seq: int) -> None:
         self.cand = cand
-        self.rank = (cand.dram, cand.mbu, seq)
+        self.rank = (cand.score, cand.mbu, seq)
         self.view: PlanView | None = None
 
 
@@ -94,7 +94,7 @@ class LocalSearch:
                 return
             if len(elite) >= top_k:
                 worst = elite[-1]
-                if (cand.dram, cand.mbu) >= worst.rank[:2]:
+                if (cand.score, cand.mbu) >= worst.rank[:2]:
                     return
                 elite.pop()
                 keys.discard(worst.cand.key)

@@ -208,7 +208,7 @@ def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorde
             F = np.empty((len(X), 2))
             for i, x in enumerate(X):
                 cand = observe(problem.evaluate_realised(repair_op.plan_of(x)))
-                F[i, 0], F[i, 1] = cand.dram, cand.mbu
+                F[i, 0], F[i, 1] = cand.score, cand.mbu
             out["F"] = F
 
     class CutSampling(Sampling):

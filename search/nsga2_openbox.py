@@ -88,7 +88,7 @@ def run_openbox(name: str, cfg: NSGA2Config, problem: FusionProblem, seed: int,
             raise _BudgetSpent
         vector = config.get_array()  # category index: 0 -> value 0, 1 -> value 1
         cand = observe(problem.evaluate(decode([vector[i] > 0.5 for i in index])))
-        return {"objectives": [cand.dram, cand.mbu]}
+        return {"objectives": [cand.score, cand.mbu]}
 
     budget = problem.remaining
     state = random.getstate()

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from accel_model.bounds import unfusable_nodes
+from accel_model.hardware import Hardware
+from accel_model.objectives import DramObjective, Objective
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits, lowest, weak_components
 from fusionplan.ir.partition import groups_from_cut_edges, make_sound
@@ -41,6 +43,8 @@ class FusionProblem:
     # Plans every search starts from (e.g. a sweep's best plan at a smaller buffer): each
     # search sees them as already found, so it can only return something as good or better.
     warm_start: list[tuple[Group, ...]] = field(default_factory=list)
+    # what the searches minimise (None: DRAM bytes)
+    objective: Objective | None = None
 
     def __post_init__(self) -> None:
         budget = self.budget
@@ -48,6 +52,8 @@ class FusionProblem:
             raise ConfigError(f"search budget must be a whole number of plans >= 1, got {budget!r}")
         self.budget = int(budget)
         cm = self.cost_model
+        if self.objective is None:
+            self.objective = DramObjective(cm, Hardware())
         self.graph = cm.graph
         self.unfusable: Group = unfusable_nodes(cm)
         self.fusable: Group = self.graph.all_nodes & ~self.unfusable
@@ -113,7 +119,9 @@ class FusionProblem:
             dram += c.dram
             if not g & unf and c.buffer > mbu:
                 mbu = c.buffer
-        cand = Candidate(key, dram, mbu)
+        objective = self.objective
+        score = dram if isinstance(objective, DramObjective) else objective.plan(key)
+        cand = Candidate(key, dram, mbu, score)
         self.seen[key] = cand
         return cand
 
@@ -145,4 +153,7 @@ class FusionProblem:
         return weak_components(self.graph, self.fusable)
 
     def to_plan(self, candidate: Candidate, result: SearchResult | None = None) -> Plan:
-        return Plan(self.graph, self.cost_model, list(candidate.groups), result=result)
+        return Plan(
+            self.graph, self.cost_model, list(candidate.groups), result=result,
+            hardware=self.objective.hw,
+        )  # fmt: skip

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fusionplan.ir.errors import ConfigError
-from fusionplan.planning.result import Candidate, ExactBound, SearchResult
+from fusionplan.planning.result import Candidate, ExactBound, ObjectiveBound, SearchResult
 from search.problem import FusionProblem
 
 
@@ -28,11 +28,11 @@ class Recorder:
 
     def observe(self, cand: Candidate) -> Candidate:
         best = self.best
-        if best is None or cand.dram < best.dram:
+        if best is None or cand.score < best.score:
             self.best = cand
-            self.trace.append((self.problem.proposed, cand.dram))
-        elif cand.dram == best.dram and cand.mbu < best.mbu:
-            self.best = cand  # same DRAM, smaller peak buffer: keeps best on the front
+            self.trace.append((self.problem.proposed, cand.score))
+        elif cand.score == best.score and (cand.dram, cand.mbu) < (best.dram, best.mbu):
+            self.best = cand  # same score, less DRAM or a smaller peak buffer
         self._update_front(cand)
         if self.progress is not None:
             self.progress(self.problem.proposed)
@@ -55,6 +55,7 @@ class Recorder:
         *,
         config: dict[str, Any] | None = None,
         exact: ExactBound | None = None,
+        objective_bound: ObjectiveBound | None = None,
         **extra: Any,
     ) -> SearchResult:
         if self.best is None:
@@ -83,5 +84,6 @@ class Recorder:
             rectify_rate=st.rectify_rate,
             config=config or {},
             exact=exact,
+            objective_bound=objective_bound,
             extra=extra,
         )

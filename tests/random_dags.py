@@ -9,7 +9,9 @@ so searches exercise soundness repair, splitting and unfusable ops together.
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Iterator
 
 from fusionplan.ir.graph import Node, OpGraph, Tensor
 
@@ -90,3 +92,71 @@ def small_buffer(cost_model_class, graph: OpGraph, seed: int = 0,
     q = quantile if quantile is not None else rng.uniform(0.75, 1.0)
     pick = needs[min(len(needs) - 1, int(q * len(needs)))]
     return max(1, int(pick * rng.uniform(1.0, 1.6)))
+
+
+def _connected(graph: OpGraph, group: int) -> bool:
+    nodes = [v for v in range(len(graph)) if group >> v & 1]
+    adj = {v: set() for v in nodes}
+    for e in graph.edges:
+        if e.src in adj and e.dst in adj:
+            adj[e.src].add(e.dst)
+            adj[e.dst].add(e.src)
+    seen, todo = {nodes[0]}, [nodes[0]]
+    while todo:
+        for w in adj[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return len(seen) == len(nodes)
+
+
+def _acyclic(graph: OpGraph, groups: list[int]) -> bool:
+    owner = {v: i for i, g in enumerate(groups) for v in range(len(graph)) if g >> v & 1}
+    succ = {i: set() for i in range(len(groups))}
+    for e in graph.edges:
+        a, b = owner[e.src], owner[e.dst]
+        if a != b:
+            succ[a].add(b)
+    state = dict.fromkeys(succ, 0)  # 0 new, 1 on the DFS path, 2 done
+
+    def visit(a: int) -> bool:
+        state[a] = 1
+        for b in succ[a]:
+            if state[b] == 1 or (state[b] == 0 and not visit(b)):
+                return False
+        state[a] = 2
+        return True
+
+    return all(state[a] or visit(a) for a in succ)
+
+
+def valid_plans(cm) -> Iterator[tuple[int, ...]]:
+    """Every valid plan of ``cm``'s graph (sorted groups, unfusable singletons included), by
+    enumerating every set partition of the fusable ops: the block of the lowest unassigned
+    op is any subset of the unassigned ops containing it; blocks that are not connected or
+    do not fit are dropped (a valid plan has neither), the quotient is checked for cycles
+    at the end. For graphs of a dozen ops (the brute-force references of the tests)."""
+    graph = cm.graph
+    n = len(graph)
+    unfusable = [1 << v for v in range(n) if not cm.compute_uncached(1 << v).valid]
+    fusable = [v for v in range(n) if not any(u >> v & 1 for u in unfusable)]
+    block_ok: dict[int, bool] = {}
+
+    def ok(block: int) -> bool:
+        if block not in block_ok:
+            block_ok[block] = _connected(graph, block) and cm.compute_uncached(block).valid
+        return block_ok[block]
+
+    def assign(rest: list[int], groups: list[int]) -> Iterator[tuple[int, ...]]:
+        if not rest:
+            plan = groups + unfusable
+            if _acyclic(graph, plan):
+                yield tuple(sorted(plan))
+            return
+        first, others = rest[0], rest[1:]
+        for r in range(len(others) + 1):
+            for extra in itertools.combinations(others, r):
+                block = (1 << first) | sum(1 << v for v in extra)
+                if ok(block):
+                    yield from assign([v for v in others if v not in extra], [*groups, block])
+
+    yield from assign(fusable, [])

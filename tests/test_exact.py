@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import random
 import time
 
@@ -34,7 +33,7 @@ from fusionplan.planning.split import make_splitter
 from search import ExactConfig, FusionProblem, make_search, search_names
 from search.effort import EXACT_UNITS
 from search.exact import ExactSolver, count_downsets
-from tests.random_dags import random_dag, small_buffer
+from tests.random_dags import random_dag, small_buffer, valid_plans
 
 VARIANTS: dict[str, dict] = {
     "lbdf": {},
@@ -86,80 +85,18 @@ CASES += [(seed, variant) for seed in range(24) for variant in ("brr-k2", "optim
 
 
 # ------------------------------------------------------------------------ brute force
-def _connected(graph: OpGraph, group: int) -> bool:
-    nodes = [v for v in range(len(graph)) if group >> v & 1]
-    adj = {v: set() for v in nodes}
-    for e in graph.edges:
-        if e.src in adj and e.dst in adj:
-            adj[e.src].add(e.dst)
-            adj[e.dst].add(e.src)
-    seen, todo = {nodes[0]}, [nodes[0]]
-    while todo:
-        for w in adj[todo.pop()] - seen:
-            seen.add(w)
-            todo.append(w)
-    return len(seen) == len(nodes)
-
-
-def _acyclic(graph: OpGraph, groups: list[int]) -> bool:
-    owner = {v: i for i, g in enumerate(groups) for v in range(len(graph)) if g >> v & 1}
-    succ = {i: set() for i in range(len(groups))}
-    for e in graph.edges:
-        a, b = owner[e.src], owner[e.dst]
-        if a != b:
-            succ[a].add(b)
-    state = dict.fromkeys(succ, 0)  # 0 new, 1 on the DFS path, 2 done
-
-    def visit(a: int) -> bool:
-        state[a] = 1
-        for b in succ[a]:
-            if state[b] == 1 or (state[b] == 0 and not visit(b)):
-                return False
-        state[a] = 2
-        return True
-
-    return all(state[a] or visit(a) for a in succ)
-
-
 @functools.cache
 def brute_force(seed: int, scheme: str) -> tuple[int, tuple[int, ...], int]:
-    """(optimal DRAM, an optimal plan, number of valid plans), by enumerating every set
-    partition of the fusable ops: the block of the lowest unassigned op is any subset of
-    the unassigned ops containing it; blocks that are not connected or do not fit are
-    dropped (a valid plan has neither), the quotient is checked for cycles at the end."""
-    problem = case_problem(seed, scheme)
-    graph, cm = problem.graph, problem.cost_model
-    n = len(graph)
-    unfusable = [1 << v for v in range(n) if not cm.compute_uncached(1 << v).valid]
-    fusable = [v for v in range(n) if not any(u >> v & 1 for u in unfusable)]
-    block_ok: dict[int, bool] = {}
-
-    def ok(block: int) -> bool:
-        if block not in block_ok:
-            block_ok[block] = _connected(graph, block) and cm.compute_uncached(block).valid
-        return block_ok[block]
-
+    """(optimal DRAM, an optimal plan, number of valid plans), over every valid plan
+    (:func:`tests.random_dags.valid_plans`)."""
+    cm = case_problem(seed, scheme).cost_model
     best: list = [None, None]
     plans = 0
-
-    def assign(rest: list[int], groups: list[int]) -> None:
-        nonlocal plans
-        if not rest:
-            plan = groups + unfusable
-            if _acyclic(graph, plan):
-                plans += 1
-                dram = sum(cm.compute_uncached(g).dram for g in plan)
-                if best[0] is None or dram < best[0]:
-                    best[:] = [dram, tuple(sorted(plan))]
-            return
-        first, others = rest[0], rest[1:]
-        for r in range(len(others) + 1):
-            for extra in itertools.combinations(others, r):
-                block = (1 << first) | sum(1 << v for v in extra)
-                if ok(block):
-                    assign([v for v in others if v not in extra], [*groups, block])
-
-    assign(fusable, [])
+    for plan in valid_plans(cm):
+        plans += 1
+        dram = sum(cm.compute_uncached(g).dram for g in plan)
+        if best[0] is None or dram < best[0]:
+            best[:] = [dram, plan]
     return best[0], best[1], plans
 
 

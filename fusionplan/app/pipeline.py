@@ -15,6 +15,8 @@ from typing import Any
 
 import explainers  # noqa: F401  (registers the gnne / pg / rg splitters)
 from accel_model import Accelerator, CostModel, make_cost_model
+from accel_model.hardware import Hardware
+from accel_model.objectives import OBJECTIVES, make_objective
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.planning.plan import Plan
@@ -53,6 +55,10 @@ class PlanRequest:
     # wall-clock safety cap over the search and its certificate (None: none); a run it
     # stops says so ("time limit hit") and is the one result that depends on the machine
     time_limit_s: float | None = None
+    # what the search minimises (accel_model/objectives.py) and the PE array, clock and
+    # energies its latency and energy come from (None: accel_model.hardware's defaults)
+    objective: str = "dram"
+    hardware: Hardware | None = None
 
     def accelerator(self) -> Accelerator:
         conventions = None if self.conventions is None else frozenset(self.conventions)
@@ -93,6 +99,7 @@ class PlanRequest:
         check_time_cap("the", self.time_limit_s)
         SEARCHES.check(self.search)
         SPLITTERS.check(self.splitter)
+        OBJECTIVES.check(self.objective)
         return self
 
 
@@ -133,7 +140,8 @@ def assemble(graph: OpGraph, request: PlanRequest) -> Pipeline:
         options.setdefault("effort", request.effort)
         options.setdefault("time_limit_s", request.time_limit_s)
     search = make_search(request.search, **options)
-    problem = FusionProblem(cost_model, splitter, request.budget)
+    objective = make_objective(request.objective, cost_model, request.hardware)
+    problem = FusionProblem(cost_model, splitter, request.budget, objective=objective)
     return Pipeline(request, graph, cost_model, splitter, problem, search)
 
 

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from accel_model.bounds import compulsory_traffic, plan_lower_bound, unfusable_nodes
+from accel_model.energy import GroupMetrics, MetricsModel
+from accel_model.hardware import Hardware
+from accel_model.objectives import make_objective
 from accel_model.schedule import Schedule, ScheduleError, build_schedule
 from fusionplan.ir.errors import PlanError
 from fusionplan.ir.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
@@ -67,9 +70,52 @@ class PlanMetrics:
         return d
 
 
+@dataclass(frozen=True)
+class PlanEnergy:
+    """A plan's energy and latency on its hardware (accel_model/energy.py), with lower
+    bounds on every plan's: A*'s under that objective where it ran, else the floor of the
+    DRAM lower bound plus every MAC (docs/cost-model.md, "Energy and latency")."""
+
+    totals: GroupMetrics
+    per_group: tuple[GroupMetrics, ...]
+    energy_bound_fj: int
+    latency_bound_cycles: int
+    clock_mhz: float
+
+    @property
+    def energy_uj(self) -> float:
+        return self.totals.energy_fj / 1e9
+
+    @property
+    def latency_ms(self) -> float:
+        return self.totals.latency_cycles / (self.clock_mhz * 1e3)
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.totals
+        return {
+            "energy_uj": round(self.energy_uj, 6),
+            "energy_bound_uj": round(self.energy_bound_fj / 1e9, 6),
+            "energy_parts_uj": {
+                part: round(value / 1e9, 6)
+                for part, value in (
+                    ("dram", t.dram_fj), ("buffer", t.buffer_fj), ("mac", t.mac_fj),
+                    ("leakage", t.leakage_fj),
+                )
+            },
+            "latency_cycles": t.latency_cycles,
+            "latency_bound_cycles": self.latency_bound_cycles,
+            "latency_ms": round(self.latency_ms, 6),
+            "macs": t.macs,
+            "buffer_bytes": t.buffer_bytes,
+            "compute_cycles": t.compute_cycles,
+            "transfer_cycles": t.transfer_cycles,
+        }  # fmt: skip
+
+
 class Plan:
     """Groups of one graph under one cost model, with the :class:`SearchResult` that found
-    them (``None`` for a plan built by hand or read from a file)."""
+    them (``None`` for a plan built by hand or read from a file), on ``hardware`` (its
+    energy and latency; None: accel_model.hardware's defaults)."""
 
     def __init__(
         self,
@@ -79,9 +125,11 @@ class Plan:
         result: SearchResult | None = None,
         *,
         saved_info: dict[str, Any] | None = None,
+        hardware: Hardware | None = None,
     ) -> None:
         self.graph = graph
         self.cost_model = cost_model
+        self.hardware = hardware or Hardware()
         foreign = any(g & ~graph.all_nodes for g in groups)  # reported by problems()
         order = None if foreign else quotient_order(graph, list(groups))
         ordered = [groups[i] for i in order] if order is not None else sorted(groups, key=lowest)
@@ -173,22 +221,50 @@ class Plan:
             bound_method=method,
         )
 
+    @cached_property
+    def energy(self) -> PlanEnergy | None:
+        """Energy and latency from each group's schedule; None where some group has no
+        schedule to read them from (the optimus profile's fused groups)."""
+        model = MetricsModel(self.cost_model, self.hardware)
+        try:
+            per_group = tuple(model.group(g) for g in self.groups)
+        except ScheduleError:
+            return None
+        totals = model.plan(list(self.groups))
+        macs = sum(n.macs for n in self.graph.nodes)
+        traffic = self.metrics.lower_bound_bytes
+        energy_lb = make_objective("energy", self.cost_model, self.hardware).rest_floor(
+            macs, traffic
+        )
+        latency_lb = make_objective("latency", self.cost_model, self.hardware).rest_floor(
+            macs, traffic
+        )
+        found = self.result.objective_bound if self.result is not None else None
+        if found is not None and found.objective == "energy":
+            energy_lb = max(energy_lb, found.lower_bound)
+        if found is not None and found.objective == "latency":
+            latency_lb = max(latency_lb, found.lower_bound)
+        return PlanEnergy(totals, per_group, energy_lb, latency_lb, self.hardware.clock_mhz)
+
     # -- serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         cm, names = self.cost_model, [n.name for n in self.graph.nodes]
+        energy = self.energy
         groups = []
         for gi, grp in enumerate(self.groups):
             cost = cm.cost(grp)
-            groups.append(
-                {
-                    "id": gi,
-                    "nodes": [names[v] for v in bits(grp)],
-                    "buffer_bytes": cost.buffer,
-                    "dram_bytes": cost.dram,
-                    "unfusable": bool(grp & self.unfusable),
-                    "schedule": self.schedule_summary(grp),
-                }
-            )
+            entry = {
+                "id": gi,
+                "nodes": [names[v] for v in bits(grp)],
+                "buffer_bytes": cost.buffer,
+                "dram_bytes": cost.dram,
+                "unfusable": bool(grp & self.unfusable),
+                "schedule": self.schedule_summary(grp),
+            }
+            if energy is not None:
+                m = energy.per_group[gi]
+                entry.update(energy_uj=round(m.energy_fj / 1e9, 6), latency_cycles=m.latency_cycles)
+            groups.append(entry)
         accel = cm.accel
         return {
             "format": PLAN_FORMAT,
@@ -197,6 +273,8 @@ class Plan:
             "model": {"name": self.graph.name, "ops": len(self.graph)},
             "accelerator": accel.settings(),
             "metrics": self.metrics.as_dict(),
+            "hardware": self.hardware.settings(),
+            "energy": energy.as_dict() if energy is not None else None,
             "search": self.info,
             "groups": groups,
         }
@@ -271,6 +349,19 @@ class Plan:
             f"lower bound  {m.lower_bound_bytes / MB:.3f} MB ({m.bound_method}), gap {m.gap:.2%}",
             f"MBU          {m.mbu_kb:.1f} KB",
         ]
+        e = self.energy
+        if e is not None:
+            lines += [
+                f"energy       {e.energy_uj:.3f} uJ (bound {e.energy_bound_fj / 1e9:.3f} uJ; "
+                f"DRAM {e.totals.dram_fj / 1e9:.1f}, buffer {e.totals.buffer_fj / 1e9:.1f}, "
+                f"MACs {e.totals.mac_fj / 1e9:.1f})",
+                f"latency      {e.latency_ms:.3f} ms = {e.totals.latency_cycles:,} cycles "
+                f"(bound {e.latency_bound_cycles:,}) on {self.hardware.describe()}",
+            ]
+        found = self.result.objective_bound if self.result is not None else None
+        if found is not None:
+            status = "proven optimal" if found.optimal else f"gap {found.gap:.2%}"
+            lines.append(f"{'objective':<12} {found.objective}: {status}")
         for key in ("search", "splitter", "budget", "seed"):
             if key in info:
                 lines.append(f"{key:<12} {info[key]}")

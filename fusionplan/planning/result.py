@@ -14,11 +14,14 @@ from fusionplan.ir.graph import Group
 
 @dataclass(frozen=True)
 class Candidate:
-    """A valid partition of the whole graph and its objectives (bytes)."""
+    """A valid partition of the whole graph and its objectives: DRAM and peak buffer in
+    bytes, and ``score``, what the search minimises (accel_model/objectives.py; the DRAM
+    bytes again under the default objective)."""
 
     groups: tuple[Group, ...]  # sorted by lowest node; unfusable singletons included
     dram: int
     mbu: int
+    score: int
 
     @property
     def key(self) -> tuple[Group, ...]:
@@ -49,6 +52,40 @@ class ExactBound:
     @property
     def status(self) -> str:
         return "optimal" if self.optimal else self.stopped_by
+
+
+@dataclass(frozen=True)
+class ObjectiveBound:
+    """What an exact search under another objective than DRAM proved (energy in fJ, latency
+    in cycles: ``unit``): the plan's score, a lower bound on the optimum and the gap."""
+
+    objective: str
+    unit: str
+    score: int
+    lower_bound: int
+    optimal: bool
+    states: int
+    stopped_by: str = "optimal"
+
+    @property
+    def gap(self) -> float:
+        return (
+            0.0
+            if self.optimal or not self.lower_bound
+            else ((self.score - self.lower_bound) / self.lower_bound)
+        )
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "objective": self.objective,
+            "unit": self.unit,
+            "score": self.score,
+            "lower_bound": self.lower_bound,
+            "optimal": self.optimal,
+            "gap": round(self.gap, 6),
+            "states": self.states,
+            "stopped_by": self.stopped_by,
+        }
 
 
 @dataclass(frozen=True)
@@ -97,6 +134,8 @@ class SearchResult:
     explain_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # search-specific counters
     certificate: Certificate | None = None  # set by the pipeline (search/certify.py)
+    # set by exact / auto under an objective other than DRAM (search/exact_objective.py)
+    objective_bound: ObjectiveBound | None = None
 
     @property
     def plans_per_second(self) -> float:
@@ -166,6 +205,8 @@ class SearchResult:
             )
             if c.stopped_by:
                 out["bound_stopped_by"] = c.stopped_by
+        if self.objective_bound is not None:
+            out["objective_bound"] = self.objective_bound.info()
         if self.config:
             out["search_config"] = self.config
         out.update(self.extra)

@@ -23,7 +23,8 @@ from rich.table import Table
 
 from accel_model import COST_MODELS
 from accel_model.accelerator import DEFAULT_PE_UNROLL, PROFILES, SINGLE_LAYER_CONVENTIONS
-from accel_model.description import read_description
+from accel_model.description import hardware_from, read_description
+from accel_model.objectives import OBJECTIVES
 from fusionplan.app.api import apply_prepasses, load
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.engines import ENGINES, Engine, make_engine
@@ -183,6 +184,7 @@ class PlanOptions:
     bound_effort: float
     time_limit: float | None
     prepass: tuple[str, ...]
+    objective: str
 
     def search_options(self) -> dict[str, Any]:
         """Options of the chosen search that the command line exposes."""
@@ -207,6 +209,7 @@ class PlanOptions:
             effort=self.effort,
             bound_effort=self.bound_effort,
             time_limit_s=self.time_limit,
+            objective=self.objective,
             **self.file_settings,
         ).check()
 
@@ -222,6 +225,7 @@ class PlanOptions:
         }
         if "conventions" in settings:
             out["conventions"] = tuple(settings["conventions"])
+        out["hardware"] = hardware_from(settings)
         return out
 
     def load(self, model: str) -> OpGraph:
@@ -298,6 +302,14 @@ _PLAN_OPTIONS = [
         callback=lambda ctx, _param, value: _read_accelerator(ctx, value),
         help="An accelerator description (YAML or TOML: buffer, scheme, bytes per element, "
         "PE unroll, ...); options given on the command line win over it.",
+    ),
+    click.option(
+        "--objective",
+        type=RegistryChoice(OBJECTIVES),
+        default="dram",
+        show_default=True,
+        help=_registry_help("What the search minimises", OBJECTIVES)
+        + " Energy and latency use the accelerator file's PE array, clock and energies.",
     ),
     click.option(
         "--profile",
