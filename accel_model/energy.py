@@ -120,6 +120,22 @@ def _compute_counts(a: Compute, op: _OpShape, hw: Hardware) -> tuple[int, int, i
     return macs, cycles, inputs + weights + outputs
 
 
+def buffer_floor_elements(graph: OpGraph, v: int, hw: Hardware) -> int:
+    """Buffer elements every schedule touches computing op ``v`` (the bounds' share of it):
+    each output written once, and the operand reads :func:`_compute_counts` charges at full
+    utilisation of the array (a compute of fewer channels or columns only reads more)."""
+    op = _OpShape(graph, v)
+    out = op.size
+    if not op.macs:
+        return out
+    if hw.dataflow == "cout-ow":
+        weights = op.macs // hw.pe_cols if op.weighted else 0
+        return op.macs // hw.pe_rows + weights + out
+    weights = op.macs // (op.out[1] * op.out[2]) if op.weighted else 0
+    folds = -(-op.reduced // hw.pe_rows)  # partial sums leave the array once per fold
+    return op.macs // hw.pe_cols + weights + out * (2 * folds if folds > 1 else 1)
+
+
 def schedule_metrics(
     schedule: Schedule, graph: OpGraph, hw: Hardware, shapes: dict[int, _OpShape] | None = None
 ) -> GroupMetrics:

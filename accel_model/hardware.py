@@ -4,7 +4,8 @@
 The DRAM cost models need only the buffer (:class:`~accel_model.accelerator.Accelerator`);
 a plan's latency and energy also need what this class describes. It is read from the same
 description file (``pe_array``, ``clock_mhz``, ``energy``, ...) and every field has a
-documented default: the Optimus-like 16-bit design of ``docs/examples/optimus_like.yaml``.
+documented default: the Optimus-like 16-bit design of ``docs/examples/optimus-128KB.yaml``
+(docs/cost-model.md, "Energy and latency", says where each number comes from).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Hardware:
     """
 
     pe_rows: int = 32
-    pe_cols: int = 16
+    pe_cols: int = 32
     dataflow: str = "cout-ow"
     clock_mhz: float = 1000.0
     dram_gb_per_s: float = 25.6

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from accel_model.energy import MetricsModel, UnitEnergies
+from accel_model.energy import MetricsModel, UnitEnergies, buffer_floor_elements
 from accel_model.hardware import Hardware
 from fusionplan.ir.graph import Group, bits
 from fusionplan.ir.registry import Registry
@@ -41,7 +41,14 @@ class Objective(ABC):
     ) -> None:
         self.cm, self.hw = cost_model, hardware
         self.metrics = metrics or MetricsModel(cost_model, hardware)
-        self.macs = tuple(n.macs for n in cost_model.graph.nodes)
+        graph = cost_model.graph
+        self.macs = tuple(n.macs for n in graph.nodes)
+        # buffer bytes every schedule touches per op (none for an op that may run free)
+        free = cost_model.free_alone
+        self.touch = tuple(
+            0 if free >> v & 1 else cost_model.b * buffer_floor_elements(graph, v, hardware)
+            for v in range(len(graph))
+        )
         self.work = 0  # units spent on schedules (counted by the searches' budgets)
 
     def group(self, group: Group) -> int:
@@ -54,16 +61,22 @@ class Objective(ABC):
 
     def group_floor(self, group: Group, dram: int) -> int:
         """A lower bound on :meth:`group` from the group's DRAM bytes, without a schedule."""
-        return self.group(group)
+        return self.rest_floor(group, dram)
 
-    def rest_floor(self, macs: int, traffic: int) -> int:
-        """A lower bound on the score of running ops with ``macs`` MACs whose DRAM traffic is
-        at least ``traffic`` bytes; consistent when the traffic bound is (docs/cost-model.md)."""
+    def rest_floor(self, nodes: Group, traffic: int) -> int:
+        """A lower bound on the score of running ``nodes`` when their DRAM traffic is at
+        least ``traffic`` bytes: additive over ops and monotone in the traffic, hence
+        consistent where the traffic bound is (docs/cost-model.md, "Energy and latency")."""
         raise NotImplementedError(f"objective {self.name} has no lower bound")
 
-    def macs_of(self, group: Group) -> int:
-        macs = self.macs
-        return sum(macs[v] for v in bits(group))
+    def floors(self, nodes: Group) -> tuple[int, int]:
+        """(MACs, buffer bytes touched at least) of running ``nodes``."""
+        macs, touch = self.macs, self.touch
+        m = t = 0
+        for v in bits(nodes):
+            m += macs[v]
+            t += touch[v]
+        return m, t
 
     def _metrics(self, group: Group):
         before = self.metrics.built
@@ -86,7 +99,7 @@ class DramObjective(Objective):
     def group_floor(self, group: Group, dram: int) -> int:
         return dram
 
-    def rest_floor(self, macs: int, traffic: int) -> int:
+    def rest_floor(self, nodes: Group, traffic: int) -> int:
         return traffic
 
 
@@ -107,14 +120,11 @@ class EnergyObjective(Objective):
     def plan(self, groups: Sequence[Group]) -> int:
         return sum(self.group(g) for g in groups)
 
-    def group_floor(self, group: Group, dram: int) -> int:
+    def rest_floor(self, nodes: Group, traffic: int) -> int:
         # every DRAM byte passes through the buffer once; every MAC runs at least once
         u = self.units
-        return dram * (u.dram + u.buffer) + self.macs_of(group) * u.mac
-
-    def rest_floor(self, macs: int, traffic: int) -> int:
-        u = self.units
-        return traffic * (u.dram + u.buffer) + macs * u.mac
+        macs, touch = self.floors(nodes)
+        return traffic * (u.dram + u.buffer) + touch * u.buffer + macs * u.mac
 
 
 class LatencyObjective(Objective):
@@ -128,12 +138,15 @@ class LatencyObjective(Objective):
     def plan(self, groups: Sequence[Group]) -> int:
         return sum(self.group(g) for g in groups)
 
-    def group_floor(self, group: Group, dram: int) -> int:
-        return self.rest_floor(self.macs_of(group), dram)
-
-    def rest_floor(self, macs: int, traffic: int) -> int:
-        # sum over groups of max(compute, transfer) >= max of the sums
-        return max(-(-macs // self.hw.macs_per_cycle), self.hw.dram_cycles(traffic))
+    def rest_floor(self, nodes: Group, traffic: int) -> int:
+        # a sum over steps of max(compute, transfer, buffer) >= the max of the three sums
+        hw = self.hw
+        macs, touch = self.floors(nodes)
+        return max(
+            -(-macs // hw.macs_per_cycle),
+            hw.dram_cycles(traffic),
+            -(-(touch + traffic) // hw.buffer_bytes_per_cycle),
+        )
 
 
 class EdpObjective(Objective):
@@ -164,9 +177,15 @@ def objective_parts(objective: Objective) -> list[Objective]:
     if objective.additive:
         return [objective]
     cm, hw, metrics = objective.cm, objective.hw, objective.metrics
-    return [EnergyObjective(cm, hw, metrics), LatencyObjective(cm, hw, metrics)]
+    return [make_objective(name, cm, hw, metrics) for name in ("energy", "latency")]
 
 
-def make_objective(name: str, cost_model: CostModel, hardware: Hardware | None = None) -> Objective:
-    """The objective ``name`` over ``cost_model`` (``hardware``: the default design)."""
-    return OBJECTIVES.get(name)(cost_model, hardware or Hardware())
+def make_objective(
+    name: str,
+    cost_model: CostModel,
+    hardware: Hardware | None = None,
+    metrics: MetricsModel | None = None,
+) -> Objective:
+    """The objective ``name`` over ``cost_model`` (``hardware``: the default design;
+    ``metrics``: schedules shared with another objective of the same hardware)."""
+    return OBJECTIVES.get(name)(cost_model, hardware or Hardware(), metrics)

@@ -238,11 +238,11 @@ def _combined_bound(
 ) -> ObjectiveBound:
     """The objective's bound: A*'s where it ran, else its floor from the static traffic
     bound; EDP's is the product of the energy and latency bounds (both are >= 0)."""
-    macs = sum(objective.macs)
+    every = objective.cm.graph.all_nodes
     lows, states = [], 0
     for part, bound in zip(objective_parts(objective), found, strict=True):
         if bound is None:
-            lows.append(part.rest_floor(macs, traffic))
+            lows.append(part.rest_floor(every, traffic))
         else:
             lows.append(bound.lower_bound)
             states += bound.states

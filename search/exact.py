@@ -107,6 +107,9 @@ fits). ``SearchResult.exact`` (an :class:`ExactBound`) holds ``optimal``,
 visited and costed), ``transitions``, ``downsets`` (N), ``pruned_by_buffer`` (monotone
 pruning used), ``status`` and the config.
 Ties between optimal plans are broken deterministically (search order), not by MBU.
+
+Other objectives. Under an energy or latency objective (accel_model/objectives.py) the same
+states and transitions are searched by :func:`solve_objective`, a lazy A* (below).
 """
 
 from __future__ import annotations
@@ -609,7 +612,7 @@ def solve(
 # the cost model already knows (:meth:`Objective.group_floor`), and its schedule is built only
 # when that entry reaches the top of the queue. Exact because the floor is never above the
 # score (an entry popped at its floor is re-pushed at its true f), and the heuristic
-# ``rest_floor(MACs left, traffic bound)`` is consistent wherever the traffic bound is, since
+# ``rest_floor(ops left, traffic bound)`` is consistent wherever the traffic bound is, since
 # each group pays at least its DRAM bytes' and its MACs' share of it.
 
 @dataclass
@@ -636,12 +639,10 @@ def solve_objective(
     solver.work_end = base + limits.search
     solver.clock_end = limits.clock_end
     solver.stopped_by = None
-    macs = objective.macs
     every = solver.all
 
     def h(done: Group) -> int:
-        left = sum(macs[v] for v in bits(every & ~done))
-        return objective.rest_floor(left, solver.h(done))
+        return objective.rest_floor(every & ~done, solver.h(done))
 
     def exact(group: Group, absorbed: Group) -> int:
         nonlocal charged

@@ -1,4 +1,7 @@
-"""NSGA-II over edge-cut bit-strings, objectives (DRAM bytes, MBU bytes), both minimised.
+"""NSGA-II over edge-cut bit-strings, objectives (the problem's score, MBU bytes), both
+minimised; with ``front="dram-energy-latency"`` (pymoo) the three objectives (DRAM bytes,
+energy, latency) instead, and the result's ``extra["front"]`` lists the non-dominated plans
+found (docs/cost-model.md, "Energy and latency").
 
 Encoding: bit ``i`` set <=> ``problem.edges[i]`` is cut; a group is a connected component
 of the uncut edges (:func:`fusionplan.ir.partition.groups_from_cut_edges`).
@@ -41,8 +44,9 @@ from typing import Any
 
 import numpy as np
 
+from accel_model.objectives import make_objective
 from fusionplan.ir.errors import ConfigError
-from fusionplan.planning.result import SearchResult
+from fusionplan.planning.result import Candidate, SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
 from search.nsga2_openbox import MISSING, run_openbox
 from search.operators import PlanRepair, RandomCutSampling, stable_randomized_argsort
@@ -51,8 +55,9 @@ from search.result import Recorder
 
 BACKENDS = ("pymoo", "openbox")
 CROSSOVERS = ("two_point", "uniform")
-PYMOO_ONLY = ("crossover", "crossover_prob", "mutation_rate", "eliminate_duplicates")
+PYMOO_ONLY = ("crossover", "crossover_prob", "mutation_rate", "eliminate_duplicates", "front")
 MATING_TRIES = 10  # mating rounds per generation before pymoo gives up on unique offspring
+FRONTS = ("mbu", "dram-energy-latency")
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class NSGA2Config:
     crossover_prob: float = 0.9
     mutation_rate: float | None = None  # per bit; None: 1 / number of edges
     eliminate_duplicates: bool = True
+    front: str = "mbu"  # objectives: (score, MBU) or (DRAM, energy, latency)
 
     def __post_init__(self) -> None:
         p = self.pop_size
@@ -87,6 +93,10 @@ class NSGA2Config:
         if not _is_prob(self.crossover_prob):
             raise ConfigError(f"nsga2 option crossover_prob must be in [0, 1], got "
                               f"{self.crossover_prob!r}")  # fmt: skip
+        if self.front not in FRONTS:
+            raise ConfigError(
+                f"nsga2 option front must be one of {', '.join(FRONTS)}, got {self.front!r}"
+            )
         if self.mutation_rate is not None and not _is_prob(self.mutation_rate):
             raise ConfigError(f"nsga2 option mutation_rate must be in [0, 1], got "
                               f"{self.mutation_rate!r}")  # fmt: skip
@@ -197,18 +207,23 @@ def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorde
     repair_op = PlanRepair(problem)
     sampling_op = RandomCutSampling()
     observe = rec.observe
+    front = ParetoFront(problem) if cfg.front != "mbu" else None
+    n_obj = 2 if front is None else 3
 
     class CutProblem(Problem):
         """Each row is a repaired bit-string; evaluating it proposes its plan (counted)."""
 
         def __init__(self) -> None:
-            super().__init__(n_var=n_var, n_obj=2, xl=0, xu=1, vtype=bool)
+            super().__init__(n_var=n_var, n_obj=n_obj, xl=0, xu=1, vtype=bool)
 
         def _evaluate(self, X, out, *args, **kwargs):
-            F = np.empty((len(X), 2))
+            F = np.empty((len(X), n_obj))
             for i, x in enumerate(X):
                 cand = observe(problem.evaluate_realised(repair_op.plan_of(x)))
-                F[i, 0], F[i, 1] = cand.score, cand.mbu
+                if front is None:
+                    F[i, 0], F[i, 1] = cand.score, cand.mbu
+                else:
+                    F[i] = front.observe(cand)
             out["F"] = F
 
     class CutSampling(Sampling):
@@ -255,7 +270,40 @@ def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorde
         algorithm.evaluator.eval(pproblem, infills, algorithm=algorithm)
         algorithm.tell(infills=infills)
         generations += 1
-    return {"generations": generations, "immigrant_batches": immigrant_batches}
+    counters: dict[str, Any] = {"generations": generations, "immigrant_batches": immigrant_batches}
+    if front is not None:
+        counters["front"] = front.rows()
+    return counters
+
+
+class ParetoFront:
+    """The non-dominated plans by (DRAM bytes, energy fJ, latency cycles) seen so far,
+    each plan's energy and latency read off its schedules (one metrics model for both)."""
+
+    def __init__(self, problem: FusionProblem) -> None:
+        cm = problem.cost_model
+        energy = make_objective("energy", cm, problem.objective.hw)
+        self.energy = energy
+        self.latency = make_objective("latency", cm, energy.hw, energy.metrics)
+        self.points: dict[tuple[int, ...], tuple[int, int, int]] = {}
+
+    def observe(self, cand: Candidate) -> tuple[int, int, int]:
+        point = (cand.dram, self.energy.plan(cand.groups), self.latency.plan(cand.groups))
+        if not any(_dominates(p, point) or p == point for p in self.points.values()):
+            self.points = {k: p for k, p in self.points.items() if not _dominates(point, p)}
+            self.points[cand.groups] = point
+        return point
+
+    def rows(self) -> list[dict[str, int]]:
+        """The front, DRAM ascending (ties by energy, then latency)."""
+        return [
+            {"dram_bytes": d, "energy_fj": e, "latency_cycles": t, "groups": len(groups)}
+            for groups, (d, e, t) in sorted(self.points.items(), key=lambda kv: kv[1])
+        ]
+
+
+def _dominates(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
 
 
 def _openbox_factory(config: NSGA2Config | None = None, **options: Any) -> NSGA2Search:

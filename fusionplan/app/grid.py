@@ -41,6 +41,10 @@ GRID_FIELDS = (
     "mbu_kb",
     "groups",
     "unfusable_ops",
+    "energy_uj",
+    "energy_bound_uj",
+    "latency_ms",
+    "latency_bound_ms",
     "error",
 )
 """The grid table's columns; a failed task has one row per buffer with only ``error`` set."""

@@ -170,15 +170,16 @@ def plan_at_least_as_good(
 ) -> Plan:
     """Exactly the plan :func:`plan_graph` returns for ``request`` (the same search, the
     same work, the same bytes), replaced by the best of ``others`` (made valid here) where
-    that one costs less. Unlike a warm start, ``others`` cannot steer the search, so the
-    result is never worse than ``fusionplan plan`` at this point: they can only help."""
+    that one costs less (scores less, under another objective). Unlike a warm start,
+    ``others`` cannot steer the search, so the result is never worse than ``fusionplan
+    plan`` at this point: they can only help."""
     pipeline = assemble(graph, request)
     plan = pipeline.run(progress)
     result, problem = plan.result, pipeline.problem
     assert result is not None and result.certificate is not None
     problem.warm_start = _groups_of(graph, others)
-    better = min(problem.warm_candidates(), key=lambda c: (c.dram, c.mbu), default=None)
-    if better is None or better.dram >= result.best.dram:
+    better = min(problem.warm_candidates(), key=lambda c: (c.score, c.dram, c.mbu), default=None)
+    if better is None or better.score >= result.best.score:
         return plan
     bound = result.certificate.lower_bound_bytes
     optimal = bound >= better.dram

@@ -231,13 +231,12 @@ class Plan:
         except ScheduleError:
             return None
         totals = model.plan(list(self.groups))
-        macs = sum(n.macs for n in self.graph.nodes)
-        traffic = self.metrics.lower_bound_bytes
+        every, traffic = self.graph.all_nodes, self.metrics.lower_bound_bytes
         energy_lb = make_objective("energy", self.cost_model, self.hardware).rest_floor(
-            macs, traffic
+            every, traffic
         )
         latency_lb = make_objective("latency", self.cost_model, self.hardware).rest_floor(
-            macs, traffic
+            every, traffic
         )
         found = self.result.objective_bound if self.result is not None else None
         if found is not None and found.objective == "energy":
@@ -362,6 +361,14 @@ class Plan:
         if found is not None:
             status = "proven optimal" if found.optimal else f"gap {found.gap:.2%}"
             lines.append(f"{'objective':<12} {found.objective}: {status}")
+        front = info.get("front")
+        if front:
+            lines.append(f"{'front':<12} {len(front)} plans non-dominated in DRAM, energy, latency")
+            for row in front:
+                lines.append(
+                    f"{'':<12} DRAM {row['dram_bytes'] / MB:.3f} MB, energy "
+                    f"{row['energy_fj'] / 1e9:.3f} uJ, latency {row['latency_cycles']:,} cycles"
+                )
         for key in ("search", "splitter", "budget", "seed"):
             if key in info:
                 lines.append(f"{key:<12} {info[key]}")

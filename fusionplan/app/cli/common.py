@@ -185,12 +185,18 @@ class PlanOptions:
     time_limit: float | None
     prepass: tuple[str, ...]
     objective: str
+    front: str
 
     def search_options(self) -> dict[str, Any]:
         """Options of the chosen search that the command line exposes."""
+        options: dict[str, Any] = {}
         if self.search == "nsga2" and self.nsga2_backend != "pymoo":
-            return {"backend": self.nsga2_backend}
-        return {}
+            options["backend"] = self.nsga2_backend
+        if self.front != "mbu":
+            if self.search != "nsga2":
+                raise ConfigError("--front applies to --search nsga2 only")
+            options["front"] = self.front
+        return options
 
     def request(self, buffer: str) -> PlanRequest:
         """A checked :class:`PlanRequest` for one buffer size (fails before any model load)."""
@@ -310,6 +316,14 @@ _PLAN_OPTIONS = [
         show_default=True,
         help=_registry_help("What the search minimises", OBJECTIVES)
         + " Energy and latency use the accelerator file's PE array, clock and energies.",
+    ),
+    click.option(
+        "--front",
+        type=click.Choice(["mbu", "dram-energy-latency"]),
+        default="mbu",
+        show_default=True,
+        help="NSGA-II's objectives: the score against the peak buffer, or DRAM, energy and "
+        "latency (the plan JSON's search.front lists the non-dominated plans).",
     ),
     click.option(
         "--profile",
