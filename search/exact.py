@@ -300,7 +300,7 @@ class ExactSolver:
 
     def charge(self, units: int) -> None:
         """Count ``units`` of work done outside the enumeration (a schedule built to price
-        a group under another objective, search/exact_objective.py)."""
+        a group under another objective, :func:`solve_objective`)."""
         self._units += units
 
     def spend(self) -> bool:
@@ -797,7 +797,7 @@ class ExactSearch:
 def objective_optimum(
     problem: FusionProblem, rec: Recorder, work: int, end: float = math.inf
 ) -> ObjectiveBound:
-    """A* under ``problem``'s objective (search/exact_objective.py) on ``work`` units, from
+    """A* under ``problem``'s objective (:func:`solve_objective`) on ``work`` units, from
     the best plan ``rec`` holds; its plan goes to ``rec`` and its bound is returned."""
     objective = problem.objective
     if not objective.additive:

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 
 import pytest
+from click.testing import CliRunner
 
 from accel_model import Accelerator
 from accel_model.description import hardware_from, read_description
@@ -15,12 +18,15 @@ from accel_model.objectives import make_objective
 from accel_model.registry import cost_model_class
 from accel_model.schedule import Compute, Schedule, Step, Transfer
 from fusionplan.app.api import load
+from fusionplan.app.cli import cli
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.app.report import knee, mark
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits
 from fusionplan.planning.split import make_splitter
 from search import FusionProblem, make_search
 from search.exact import ExactSolver
+from tests.onnx_builders import residual_block, save
 from tests.random_dags import random_dag, small_buffer, valid_plans
 
 HW = Hardware(
@@ -210,3 +216,58 @@ def test_description_hardware_errors_name_the_file(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message) as err:
         read_description(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------ sweeps, fronts, CLI
+def test_knee_and_minimum_marks():
+    # the point farthest below the chord of a falling curve (both axes scaled to [0, 1])
+    assert knee([0, 1, 2, 3, 4], [10, 5, 3, 2.5, 2.4]) == 2
+    assert knee([0, 1, 2], [3, 2, 1]) is None  # a straight line bends nowhere
+    assert mark([0, 1, 2, 3], [5, 3, 4, 6]) == (1, "minimum")  # larger buffers cost more again
+    assert mark([0, 1, 2, 3, 4], [10, 5, 3, 2.5, 2.4]) == (2, "knee")
+
+
+def test_nsga2_front_is_non_dominated_and_priced_from_schedules():
+    problem = case(5, "brr")
+    problem.budget = 60
+    result = make_search("nsga2", front="dram-energy-latency").run(problem, 0)
+    front = result.extra["front"]
+    points = [(r["dram_bytes"], r["energy_fj"], r["latency_cycles"]) for r in front]
+    assert points == sorted(points) and len(set(points)) == len(points)
+    for a in points:
+        assert not any(b != a and all(x <= y for x, y in zip(b, a, strict=True)) for b in points)
+    energy = make_objective("energy", problem.cost_model, problem.objective.hw)
+    best = min(points, key=lambda p: p[1])
+    assert best[1] >= min(energy.plan(p) for p in valid_plans(problem.cost_model))
+
+
+def test_cli_objective_front_and_sweep(tmp_path):
+    src = save(residual_block(), tmp_path, "res")
+
+    def run(*args):
+        return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+    out = run("plan", src, "--buffer", "2KB", "--objective", "energy", "-q")
+    assert out.exit_code == 0, out.output
+    assert "energy " in out.output and "latency " in out.output
+    assert "objective    energy: proven optimal" in out.output
+    for args, message in (
+        (("--objective", "edp", "--search", "exact"), "objective edp is not a sum over groups"),
+        (("--objective", "energy", "--search", "lns"), "re-solves windows for DRAM only"),
+        (("--front", "dram-energy-latency"), "--front applies to --search nsga2 only"),
+    ):
+        bad = subprocess.run(
+            [sys.executable, "-m", "fusionplan", "plan", str(src), "--buffer", "2KB", *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert bad.returncode == 2 and message in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
+    table = tmp_path / "sweep.csv"
+    swept = run("sweep", src, "--buffers", "600B,2KB", "--objective", "latency", "-q", "-o", table)
+    assert swept.exit_code == 0, swept.output
+    rows = table.read_text().splitlines()
+    header = rows[0].split(",")
+    for row in rows[1:]:
+        cells = dict(zip(header, row.split(","), strict=True))
+        assert float(cells["latency_ms"]) >= float(cells["latency_bound_ms"]) > 0
+        assert float(cells["energy_uj"]) >= float(cells["energy_bound_uj"]) > 0

@@ -100,6 +100,16 @@ class PlanRequest:
         SEARCHES.check(self.search)
         SPLITTERS.check(self.splitter)
         OBJECTIVES.check(self.objective)
+        if self.objective != "dram" and self.search == "lns":
+            raise ConfigError(
+                f"--search lns re-solves windows for DRAM only; for --objective "
+                f"{self.objective} use auto, exact, rs, ls or nsga2"
+            )
+        if not OBJECTIVES.get(self.objective).additive and self.search == "exact":
+            raise ConfigError(
+                f"objective {self.objective} is not a sum over groups: the exact search "
+                "cannot optimise it; use --search auto, rs, ls or nsga2"
+            )
         return self
 
 

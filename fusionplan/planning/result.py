@@ -134,7 +134,7 @@ class SearchResult:
     explain_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # search-specific counters
     certificate: Certificate | None = None  # set by the pipeline (search/certify.py)
-    # set by exact / auto under an objective other than DRAM (search/exact_objective.py)
+    # set by exact / auto under an objective other than DRAM (search/exact.py, solve_objective)
     objective_bound: ObjectiveBound | None = None
 
     @property
