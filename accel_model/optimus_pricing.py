@@ -416,13 +416,11 @@ class FusedGroup:
             filt += layer.weights * ((layer.wofm * layer.hofm * 1) / denominator)
         split = (int(io[0]), int(io[1]), int(np.ceil(filt)))
         tiles = math.ceil(h_m / (b * h)) if not resident else 1
-        loops = tuple(
-            (v, (layer.wfil, layer.hfil, c, layer.wofm, rows[i], k, b))
-            for i, v in enumerate(order)
-            if i in blocks
-            for layer, (c, k) in [(layers[v], blocks[i])]
-        )
-        return Price(True, math.ceil(sum(split)), split, fp, need, resident, tiles, loops)
+        loops = []  # each conv's tile, as the energy maps it onto the PE array
+        for i, (c, k) in blocks.items():
+            layer = layers[order[i]]
+            loops.append((order[i], (layer.wfil, layer.hfil, c, layer.wofm, rows[i], k, b)))
+        return Price(True, math.ceil(sum(split)), split, fp, need, resident, tiles, tuple(loops))
 
     def _blocks(self, full: list[bool], rows: list[int], b: int) -> dict[int, tuple[int, int]]:
         """(input channels, output channels) per conv of Optimus's tile before its solver."""
