@@ -12,6 +12,10 @@ The formulas are Optimus's; the code is fusionplan's. Three parts:
   refinement of rows and slices (the *tile solver*), and the DRAM its reporting counts.
 * :func:`single_price`: a layer alone, Optimus's five loop blockings (solved continuously, or
   by its closed forms without the tile solver) and the DRAM of the cheapest by its energy.
+* :meth:`OptimusPricing.energy`: the energy Optimus's cost model reports for a group: its
+  accesses to each memory level (register files, global buffer, DRAM) times their energies,
+  the PE array's network and the MACs, over the register-file blocking Optimus maps each
+  conv's tile to.
 
 The solvers are scipy's (SLSQP, COBYLA), as in Optimus; each problem is posed with the same
 terms in the same order, so that the rounded results are Optimus's.
@@ -31,6 +35,19 @@ from fusionplan.ir.graph import Group, OpGraph, bits
 
 DRAM_ENERGY = 200.0
 """Energy of one DRAM access in Optimus's arch files (pJ per element)."""
+MAC_ENERGY = 1.0
+"""Energy of one MAC: Optimus's cost model adds a group's MAC count to its energy as it is."""
+HOP_ENERGY = 0.25
+"""Energy of one access to a neighbouring PE's register file (its arch files' parallel cost)."""
+PES = 1024
+"""Processing elements: the arch files' parallelism at the register-file level (32 x 32)."""
+
+
+def register_file(buffer_bytes: int) -> tuple[int, float]:
+    """Bytes and pJ per access of one PE's register file: Optimus's arch files give 64 B at
+    0.1 pJ with the 128 and 256 KB buffers, 32 B at 0.05 pJ with the 512 KB one (sizes below
+    512 KB take the former, larger ones the latter)."""
+    return (64, 0.1) if buffer_bytes < 512 * 1024 else (32, 0.05)
 
 
 def glb_energy(buffer_bytes: int) -> float:
@@ -53,10 +70,11 @@ class Layer:
     wfil: int
     nifm: int
     prevs: tuple[int, ...]  # layer ids; a graph input is -1 - tensor index
+    nimg: int = 1  # images (a tile's blocking may hold several; a network layer has one)
 
     @property
     def size(self) -> int:
-        return self.nofm * self.hofm * self.wofm
+        return self.nofm * self.hofm * self.wofm * self.nimg
 
     @property
     def wifm(self) -> int:
@@ -70,7 +88,7 @@ class Layer:
     @property
     def ifmap(self) -> int:
         """Optimus's input size: ``C_in (H_out S)(W_out S)``, no halo."""
-        return self.nifm * (self.hofm * self.wofm * 1 * self.wstd * self.hstd)
+        return self.nifm * (self.hofm * self.wofm * self.nimg * self.wstd * self.hstd)
 
     @property
     def ops(self) -> int:
@@ -94,8 +112,10 @@ class Source:
 class Price:
     """What Optimus reports for a fused group: ``dram`` elements ([ifmap, ofmap, filter] in
     ``split``), whether it fuses (``valid``: its minimum footprint fits), whether its
-    weights are resident, its minimum footprint, and ``need``: the elements its final,
-    rounded tiles hold by its own buffer constraint (above the capacity: an overflow)."""
+    weights are resident, its minimum footprint, ``need``: the elements its final,
+    rounded tiles hold by its own buffer constraint (above the capacity: an overflow), and
+    ``loops``: each conv's tile as Optimus's loop blocking, ``(layer, (d, r, c, w, h, k, b))``
+    (filter width and height, input channels, columns, rows, output channels, images)."""
 
     valid: bool
     dram: int
@@ -104,6 +124,7 @@ class Price:
     need: float
     resident: bool
     tiles: int
+    loops: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
 class OptimusView:
@@ -163,7 +184,12 @@ class OptimusView:
 
     def lower_k(self, nofm: int) -> int:
         """Optimus's unroll lower bound on output channels (``pe_unroll``; 0: all)."""
-        return min(nofm, self.unroll) if self.unroll else nofm
+        return _unrolled(nofm, self.unroll)
+
+
+def _unrolled(n: int, unroll: int) -> int:
+    """What Optimus's dataflow unrolls of a loop of ``n``: ``pe_unroll`` at most (0: all)."""
+    return min(n, unroll) if unroll else n
 
 
 class _Unpriceable(Exception):
@@ -390,7 +416,11 @@ class FusedGroup:
             filt += layer.weights * ((layer.wofm * layer.hofm * 1) / denominator)
         split = (int(io[0]), int(io[1]), int(np.ceil(filt)))
         tiles = math.ceil(h_m / (b * h)) if not resident else 1
-        return Price(True, math.ceil(sum(split)), split, fp, need, resident, tiles)
+        loops = []  # each conv's tile, as the energy maps it onto the PE array
+        for i, (c, k) in blocks.items():
+            layer = layers[order[i]]
+            loops.append((order[i], (layer.wfil, layer.hfil, c, layer.wofm, rows[i], k, b)))
+        return Price(True, math.ceil(sum(split)), split, fp, need, resident, tiles, tuple(loops))
 
     def _blocks(self, full: list[bool], rows: list[int], b: int) -> dict[int, tuple[int, int]]:
         """(input channels, output channels) per conv of Optimus's tile before its solver."""
@@ -570,25 +600,36 @@ _D, _R, _C, _W, _H, _K, _B = range(7)
 
 def single_price(view: OptimusView, v: int, solver: bool) -> tuple[int, int] | None:
     """Optimus's DRAM elements for conv layer ``v`` run alone, and the elements its blocking
-    holds: the blocking of least energy among its five (solved continuously with the tile
-    solver, else by its closed forms), counted as its reporting counts DRAM; None if no
+    holds (:func:`single_blocking`), counted as its reporting counts DRAM; None if no
     blocking fits."""
-    layer = view.layers[v]
-    best = None
-    for schedule in _CONTINUOUS if solver else _CLOSED:
-        found = schedule(layer, view)
-        if found is not None and (best is None or found[0] < best[0]):
-            best = found
-    if best is None:
+    found = single_blocking(view, v, solver)
+    if found is None:
         return None
-    _, block, order = best
+    layer = view.layers[v]
+    block, order = found
     d, r, c, w, h, k, b = block
     held = r * d * k * c + k * (w * h * b) + layer.hstd * layer.wstd * c * (w * h * b)
-    return _single_dram(layer, block, order), held
+    return sum(_accesses(layer, block, _dimension(layer), order)), held
+
+
+def single_blocking(view: OptimusView, v: int, solver: bool) -> tuple[list, list] | None:
+    """Optimus's loop blocking and order of conv layer ``v`` run alone: the least energy
+    estimate among its five blockings (solved continuously with the tile solver, else by
+    its closed forms); None if none fits."""
+    layer = view.layers[v]
+    if solver:
+        found = [schedule(layer, view) for schedule in _CONTINUOUS]
+    else:
+        found = [schedule(layer, view.capacity, view.unroll) for schedule in _CLOSED]
+    best = None
+    for candidate in found:
+        if candidate is not None and (best is None or candidate[0] < best[0]):
+            best = candidate
+    return None if best is None else (best[1], best[2])
 
 
 def _dimension(layer: Layer) -> list[int]:
-    return [layer.wfil, layer.hfil, layer.nifm, layer.wofm, layer.hofm, layer.nofm, 1]
+    return [layer.wfil, layer.hfil, layer.nifm, layer.wofm, layer.hofm, layer.nofm, layer.nimg]
 
 
 def _loop_order(layer: Layer, block: list[int], irrelevant: tuple[int, ...]) -> list[int]:
@@ -605,13 +646,16 @@ def _loop_order(layer: Layer, block: list[int], irrelevant: tuple[int, ...]) -> 
     return order
 
 
-def _single_dram(layer: Layer, block: list[int], order: list[int]) -> int:
-    """DRAM elements of one blocking: input, output (read back for partial sums) and weights,
-    each re-read per outer loop it does not depend on, as Optimus's reporting counts them."""
-    dim = _dimension(layer)
+def _reuse(
+    layer: Layer, inner: list[int], outer: list[int], order: list[int]
+) -> tuple[float, float, float]:
+    """Reads of each input, output and weight element from one memory level, as Optimus's
+    cost model counts them: the loops of the level's ``order`` that an operand does not
+    depend on re-read it, each by the blocking below (``inner``), or by the level's own
+    (``outer``) where the loop sits inside every loop the operand depends on."""
 
     def sel(loop: int, exclusive: bool) -> int:
-        return dim[loop] if exclusive else block[loop]
+        return outer[loop] if exclusive else inner[loop]
 
     ex = min(order[_W], order[_H], order[_C], order[_B])
     d, r, k = sel(_D, order[_D] < ex), sel(_R, order[_R] < ex), sel(_K, order[_K] < ex)
@@ -625,9 +669,16 @@ def _single_dram(layer: Layer, block: list[int], order: list[int]) -> int:
     rdc = (layer.wfil * layer.hfil * layer.nifm) / (d * r * c)
     ex = min(order[_D], order[_R], order[_C], order[_K])
     w, h, b = sel(_W, order[_W] < ex), sel(_H, order[_H] < ex), sel(_B, order[_B] < ex)
-    whb = (layer.wofm * layer.hofm * 1) / (w * h * b)
+    whb = (layer.wofm * layer.hofm * layer.nimg) / (w * h * b)
+    return rdk, rdc, whb
+
+
+def _accesses(layer: Layer, inner: list[int], outer: list[int], order: list[int]) -> list[int]:
+    """Accesses to one memory level: input, output (each partial sum written and read back,
+    less the first read) and weights, Optimus's :func:`_reuse` times the operand's size."""
+    rdk, rdc, whb = _reuse(layer, inner, outer, order)
     access = [rdk * layer.ifmap, (2 * rdc - 1) * layer.size, whb * layer.weights]
-    return sum(int(x) for x in np.ceil(access))
+    return [int(x) for x in np.ceil(access)]
 
 
 def _factors(n: float, start: int, end: int) -> set[int]:
@@ -648,7 +699,7 @@ def _pixels(layer: Layer, n: int, lower_w: int) -> tuple[int, int, int, int]:
     count <= n that factors with columns >= ``lower_w`` and rows <= the height."""
     b = h = w = 0
     while n > 0 and b * h * w == 0:
-        for bb in _factors(n, 1, 1):
+        for bb in _factors(n, 1, layer.nimg):
             for ww in _factors(n / bb, lower_w, layer.wofm):
                 if n / (bb * ww) <= layer.hofm:
                     b, w, h = bb, ww, n / (bb * ww)
@@ -732,11 +783,11 @@ def _continuous(kind: str):
 def _closed(kind: str):
     """One of Optimus's blockings by its closed forms (its path without the tile solver)."""
 
-    def schedule(layer: Layer, view: OptimusView):
-        s, r, d = view.capacity, layer.hfil, layer.wfil
-        hs, ws, nhw = layer.hstd, layer.wstd, layer.hofm * layer.wofm
-        low_k, low_c = view.lower_k(layer.nofm), 1
-        low_w = min(layer.wofm, view.unroll or layer.wofm)
+    def schedule(layer: Layer, capacity: float, unroll: int):
+        s, r, d = capacity, layer.hfil, layer.wfil
+        hs, ws, nhw = layer.hstd, layer.wstd, layer.nimg * layer.hofm * layer.wofm
+        low_k, low_c = _unrolled(layer.nofm, unroll), 1
+        low_w = _unrolled(layer.wofm, unroll)
         ceil, floor = math.ceil, math.floor
         if kind in ("cwr_c", "cwr_k"):
             if kind == "cwr_c":
@@ -874,6 +925,91 @@ _CLOSED = tuple(_closed(k) for k in ("cwr_c", "cwr_k", "filter", "ifmap", "psum"
 """Optimus's five single-layer blockings, in the order it tries them (ties: the first)."""
 
 
+@dataclass(frozen=True)
+class Energy:
+    """A group's energy as Optimus's cost model reports it, in pJ: accesses to the register
+    files, the global buffer and DRAM times their energies, the PE array's network (reads
+    from a neighbouring PE) and the MACs."""
+
+    rf: float
+    glb: float
+    dram: float
+    noc: float
+    mac: float
+
+    @property
+    def total(self) -> float:
+        return self.rf + self.glb + self.dram + self.noc + self.mac  # Optimus's order of sums
+
+
+def _rf_accesses(layer: Layer) -> list[int]:
+    """Register-file accesses of a conv, as Optimus counts them without a MAC-level buffer:
+    every MAC reads an input and a weight and reads and writes a partial sum (less each
+    output's first read), whatever the mapping."""
+    per_input = layer.wfil * layer.hfil * layer.nofm / (layer.wstd * layer.hstd)
+    per_output = 2 * (layer.wfil * layer.hfil * layer.nifm) - 1
+    per_weight = layer.wofm * layer.hofm * layer.nimg
+    access = [per_input * layer.ifmap, per_output * layer.size, per_weight * layer.weights]
+    return [int(x) for x in np.ceil(access)]
+
+
+def _register_blocking(
+    layer: Layer, tile: list[int], capacity: float, unroll: int
+) -> tuple[list[int], list[int], list[int]] | None:
+    """Optimus's mapping of a conv's tile (its global-buffer blocking) onto the PE array: its
+    five closed-form blockings of the tile, all register files together as one buffer of
+    ``capacity`` elements; the one with the fewest global-buffer accesses wins (the first on
+    a tie). (global-buffer accesses, register blocking, its order), or None if none fits."""
+    d, r, c, w, h, k, b = tile
+    sub = Layer(True, k, h, w, layer.hstd, layer.wstd, r, d, c, (), b)
+    best = None
+    for schedule in _CLOSED:
+        found = schedule(sub, capacity, unroll)
+        if found is None:
+            continue
+        _, block, order = found
+        glb = _accesses(layer, block, tile, order)
+        if best is None or sum(glb) < sum(best[0]):
+            best = (glb, block, order)
+    return best
+
+
+def _array_terms(
+    layer: Layer, block: list[int], tile: list[int], order: list[int], unroll: int
+) -> list[tuple[int, float]]:
+    """(accesses, pJ each) of the PE array's network for one conv, as Optimus counts them:
+    its dataflow unrolls output columns and output channels (``unroll`` each); a blocking
+    narrower than that replicates rows, resp. input channels, into the idle PEs. Each
+    global-buffer read is shared along the unrolled loops its operand does not depend on
+    (a hop each), and a replicated loop passes data across blocks at ``unroll``-fold cost."""
+    rdk, rdc, whb = _reuse(layer, block, tile, order)
+    part = [1] * 7
+    pairs = []
+    for loop, spare in ((_W, _H), (_K, _C)):
+        part[loop] = _unrolled(block[loop], unroll)
+        if unroll and block[loop] < unroll:
+            para = unroll // block[loop]
+            if para > 1 and block[spare] > 1:
+                part[spare] = min(para, block[spare])
+                pairs.append((loop, spare))
+    sizes = (layer.ifmap, layer.size, layer.weights)
+    near = [rdk * part[_K], rdc, whb * part[_W]]
+    near_reads = [a * n for a, n in zip(near, sizes, strict=True)]
+    terms = [(sum(int(x) for x in np.ceil(near_reads)), HOP_ENERGY)]
+    for loop, spare in pairs:
+        far = [1] * 7
+        far[spare] = part[spare]
+        spread = [
+            far[_R] * far[_D] * far[_K], far[_R] * far[_D] * far[_C], far[_W] * far[_H] * far[_B]
+        ]  # fmt: skip
+        spread = [f if f != 1 else 0 for f in spread]
+        reads = [rdk * spread[0], rdc * spread[1], whb * spread[2]]
+        far_reads = [a * n for a, n in zip(reads, sizes, strict=True)]
+        count = sum(int(x) for x in np.ceil(far_reads))
+        terms.append((count, HOP_ENERGY * part[loop]))
+    return terms
+
+
 class OptimusPricing:
     """The ``optimus-groups`` convention: every group costs what Optimus reports for its
     layers (docs/cost-model.md, "The optimus profile"). ``alone(v)`` is the cost model's own
@@ -888,6 +1024,8 @@ class OptimusPricing:
         self.once = "unsliced-weights-once" in conventions
         self.free_local = "free-unfused-local" in conventions
         self.io_elements, self.alone = io_elements, alone
+        rf_bytes, self.rf_energy = register_file(accel.buffer_bytes)
+        self.rf_capacity = rf_bytes / self.b * PES  # all register files, in elements
 
     def weights(self) -> tuple[int, ...]:
         """Weights per op as Optimus counts them: a dense layer's kernels, no bias; none for
@@ -938,3 +1076,49 @@ class OptimusPricing:
             return GroupCost(0, b * (io + weights), False), "scheme", -1
         held = math.ceil(b * price.need)
         return GroupCost(held, b * price.dram, price.valid), "scheme", -1
+
+    def energy(self, group: Group) -> float:
+        """Optimus's reported energy of ``group`` in pJ (:meth:`energy_split`'s total); inf
+        where Optimus's code finds no schedule for it."""
+        split = self.energy_split(group)
+        return math.inf if split is None else split.total
+
+    def energy_split(self, group: Group) -> Energy | None:
+        """The energy Optimus's cost model reports for ``group`` (docs/cost-model.md, "The
+        optimus profile", energy): the DRAM accesses :meth:`price` counts, and each conv's
+        register-file, global-buffer and array-network accesses under the register blocking
+        Optimus maps its tile to. None where Optimus's code finds no schedule (a group it does
+        not fuse, a conv with no blocking)."""
+        view = self.view
+        members = view.layers_of(group)
+        convs: list[tuple[Layer, list[int]]] = []  # (layer, its tile: global-buffer blocking)
+        if len(members) > 1:
+            price = fused_price(view, members, self.solver, self.round_up, self.once)
+            if price is None or not price.valid:
+                return None
+            dram = list(price.split)
+            convs = [(view.layers[v], list(tile)) for v, tile in price.loops]
+        elif members and view.layers[members[0]].conv:
+            layer = view.layers[members[0]]
+            found = single_blocking(view, members[0], self.solver)
+            if found is None:
+                return None
+            block, order = found
+            dram = _accesses(layer, block, _dimension(layer), order)
+            convs = [(layer, block)]
+        else:  # activations or a local layer alone: no MACs, the DRAM the price charges
+            dram = [self.price(group)[0].dram // self.b, 0, 0]
+        rf, glb, noc, macs = [0, 0, 0], [0, 0, 0], 0.0, 0
+        for layer, tile in convs:
+            mapped = _register_blocking(layer, tile, self.rf_capacity, view.unroll)
+            if mapped is None:
+                return None
+            accesses, block, order = mapped
+            rf = [a + x for a, x in zip(rf, _rf_accesses(layer), strict=True)]
+            glb = [a + x for a, x in zip(glb, accesses, strict=True)]
+            for count, cost in _array_terms(layer, block, tile, order, view.unroll):
+                noc += count * cost
+            macs += layer.ops
+        levels = ((rf, self.rf_energy), (glb, view.glb), (dram, DRAM_ENERGY))
+        rf_pj, glb_pj, dram_pj = (sum(a * energy for a in acc) for acc, energy in levels)
+        return Energy(rf_pj, glb_pj, dram_pj, noc, macs * MAC_ENERGY)

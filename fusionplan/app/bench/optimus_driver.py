@@ -8,10 +8,15 @@ dataflow ``dataflow_Ow_Cout.json``, batch 1) and adds nothing to their arithmeti
 
 * ``optimum``: Optimus's search (its ``hafs`` dynamic programme over its fusion groups). With
   ``objective: "energy"`` it is Optimus run unmodified; with ``"dram"`` each group's cost is
-  the DRAM traffic Optimus reports for it (below) instead of its energy estimate.
+  the DRAM traffic Optimus reports for it (below) instead of its energy estimate. Each group
+  of the optimum comes with its reported DRAM and energy (``price``) and the cost the search
+  summed for it (``group_objective``).
 * ``price``: each given group priced as Optimus's ``res_parse`` reports it: the schedule its
-  ``_find_schedule`` picks, mapped by ``mapping`` and counted by ``CostModel.get_cost``; plus
-  whether that schedule's tiles, rounded up as Optimus rounds them, overflow its own buffer.
+  ``_find_schedule`` picks, mapped by ``mapping`` and counted by ``CostModel.get_cost``: the
+  DRAM elements and the energy in pJ (``energy``; ``energy_split``: register files, global
+  buffer, DRAM, array network, MACs), and ``energy_cost``, the estimate ``_find_schedule``
+  returns, which is what the search adds up; plus whether that schedule's tiles, rounded up
+  as Optimus rounds them, overflow its own buffer.
 
 Kept to the syntax of Python 3.6 (Optimus's documented interpreter): no annotations that run.
 """
@@ -76,7 +81,9 @@ class Oracle:
             answer = {"priced": False, "reason": "Optimus finds no schedule for it"}
         else:
             _, points = self.generator.mapping(vertices, blocks, orders)
-            access = self.cost_model.get_cost(points, vertices, filter_fit)[0]
+            access, levels, noc, macs, energy = self.cost_model.get_cost(
+                points, vertices, filter_fit
+            )
             split = [int(x) for x in access[2]]
             answer = {
                 "priced": True,
@@ -85,6 +92,8 @@ class Oracle:
                 "filter_fit": bool(filter_fit),
                 "order": list(vertices),
                 "energy_cost": float(cost),
+                "energy": float(energy),
+                "energy_split": [float(sum(level)) for level in levels] + [float(noc), float(macs)],
             }
         return answer
 
@@ -137,7 +146,8 @@ class Oracle:
         return facts
 
     def optimum(self, objective):
-        """Optimus's optimal partition: its groups and their reported DRAM."""
+        """Optimus's optimal partition: its groups, their reported DRAM and energy (pJ), and
+        the cost its search summed for each (its energy estimate, or the DRAM)."""
         generator = self.generator
         if objective == "dram":
             generator = _DramGenerator(self)
@@ -148,6 +158,9 @@ class Oracle:
             "groups": groups,
             "group_dram": [p["dram"] for p in priced],
             "dram": sum(p["dram"] for p in priced),
+            "group_energy": [p["energy"] for p in priced],
+            "energy": sum(p["energy"] for p in priced),
+            "group_objective": [float(section[3]) for section in schedule],
         }
 
 
