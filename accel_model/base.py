@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass
 from functools import cached_property, reduce
 from operator import or_
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, Protocol
 
 from accel_model.accelerator import Accelerator
 from accel_model.channels import ChannelRole, channel_role, in_place_inputs, is_depthwise
@@ -43,6 +43,17 @@ class CacheStats:
     @property
     def hit_rate(self) -> float:
         return self.hits / self.queries if self.queries else 0.0
+
+
+class ToolEnergy(Protocol):
+    """A tool's energy of a group in pJ, and per op the pJ it charges every group holding
+    that op (the floor the exact search adds up with the DRAM term)."""
+
+    dram_pj_per_element: float
+
+    def energy(self, group: Group) -> float: ...
+
+    def fixed_energy(self) -> tuple[float, ...]: ...
 
 
 class CostModel(ABC):
@@ -407,6 +418,12 @@ class CostModel(ABC):
         can prove nothing returns 0, which is always sound.
         """
         return 0
+
+    def tool_energy(self) -> ToolEnergy | None:
+        """Another tool's own energy model that prices this cost model's groups (the optimus
+        profile: Optimus's reported energy, accel_model/optimus_pricing.py), else None: the
+        energy objective then reads each group's schedule (accel_model/energy.py)."""
+        return None
 
     def weight_reads_floor(self, nodes: Group, floor: int | None = None) -> tuple[int, int]:
         """How many times at least every valid group containing ``nodes`` reads its weights

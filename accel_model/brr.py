@@ -317,6 +317,9 @@ class BRR(CostModel):
             return self._optimus.price(group)
         return super()._priced(group)
 
+    def tool_energy(self) -> OptimusPricing | None:
+        return self._optimus
+
     def buffer_floor(self, nodes: Group) -> int:
         if self._optimus is not None:
             return self.b * self._optimus.floor(nodes)

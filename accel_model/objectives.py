@@ -12,12 +12,14 @@ product of plan totals, which no per-group cost can express, so only the whole-p
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from accel_model.energy import MetricsModel, UnitEnergies, buffer_floor_elements
+from accel_model.energy import FJ_PER_PJ, MetricsModel, UnitEnergies, buffer_floor_elements
 from accel_model.hardware import Hardware
+from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.ir.registry import Registry
 
@@ -104,7 +106,9 @@ class DramObjective(Objective):
 
 
 class EnergyObjective(Objective):
-    """Femtojoules: DRAM, buffer, MACs and leakage, from each group's schedule."""
+    """Femtojoules: DRAM, buffer, MACs and leakage, from each group's schedule; under a
+    cost model that another tool prices (the optimus profile), that tool's own energy
+    (Optimus's reported energy, on Optimus's architecture: the hardware is not read)."""
 
     name, unit = "energy", "fJ"
 
@@ -113,14 +117,31 @@ class EnergyObjective(Objective):
     ) -> None:
         super().__init__(cost_model, hardware, metrics)
         self.units = UnitEnergies.of(hardware, cost_model.beta)
+        self.tool = cost_model.tool_energy()
+        if self.tool is not None:
+            # a whole fJ below each op's share, so that rounding never lifts the floor
+            # above a group's rounded energy
+            self.fixed = tuple(
+                max(math.floor(pj * FJ_PER_PJ) - 1, 0) for pj in self.tool.fixed_energy()
+            )
+            per_element = round(self.tool.dram_pj_per_element * FJ_PER_PJ)
+            self.tool_dram = per_element // cost_model.b  # fJ per DRAM byte, rounded down
 
     def group(self, group: Group) -> int:
-        return self._metrics(group).energy_fj
+        if self.tool is None:
+            return self._metrics(group).energy_fj
+        pj = self.tool.energy(group)
+        if not math.isfinite(pj):
+            raise ConfigError(f"{self.cm.name}: the cost model's tool prices no energy here")
+        return round(pj * FJ_PER_PJ)
 
     def plan(self, groups: Sequence[Group]) -> int:
         return sum(self.group(g) for g in groups)
 
     def rest_floor(self, nodes: Group, traffic: int) -> int:
+        if self.tool is not None:  # the tool's DRAM term and each op's fixed share
+            fixed = self.fixed
+            return traffic * self.tool_dram + sum(fixed[v] for v in bits(nodes))
         # every DRAM byte passes through the buffer once; every MAC runs at least once
         u = self.units
         macs, touch = self.floors(nodes)
@@ -131,6 +152,12 @@ class LatencyObjective(Objective):
     """Cycles: each group's steps, compute against transfers (double-buffered or not)."""
 
     name, unit = "latency", "cycles"
+
+    def __init__(
+        self, cost_model: CostModel, hardware: Hardware, metrics: MetricsModel | None = None
+    ) -> None:
+        _check_schedules(cost_model, self.name)
+        super().__init__(cost_model, hardware, metrics)
 
     def group(self, group: Group) -> int:
         return self._metrics(group).latency_cycles
@@ -154,6 +181,12 @@ class EdpObjective(Objective):
 
     name, unit, additive = "edp", "fJ*cycles", False
 
+    def __init__(
+        self, cost_model: CostModel, hardware: Hardware, metrics: MetricsModel | None = None
+    ) -> None:
+        _check_schedules(cost_model, self.name)
+        super().__init__(cost_model, hardware, metrics)
+
     def plan(self, groups: Sequence[Group]) -> int:
         energy = latency = 0
         for g in groups:
@@ -161,6 +194,15 @@ class EdpObjective(Objective):
             energy += m.energy_fj
             latency += m.latency_cycles
         return energy * latency
+
+
+def _check_schedules(cost_model: CostModel, name: str) -> None:
+    """Latency comes from schedules only: refuse a cost model another tool prices."""
+    if cost_model.tool_energy() is not None:
+        raise ConfigError(
+            f"objective {name} needs each group's schedule, and the optimus profile prices "
+            "fused groups by Optimus's formulas, which lay out none: use dram or energy"
+        )
 
 
 OBJECTIVES: Registry[type[Objective]] = Registry("objective")

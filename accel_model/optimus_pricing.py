@@ -23,6 +23,7 @@ terms in the same order, so that the rounded results are Optimus's.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -136,6 +137,8 @@ class OptimusView:
         self.capacity = buffer_bytes / b  # Optimus's capacity in elements (a float)
         self.unroll = pe_unroll
         self.glb = glb_energy(buffer_bytes)
+        # (layer, solver) -> single_blocking's answer: its solves take 0.1-0.4 s a layer
+        self.blockings: dict[tuple[int, bool], tuple[list, list] | None] = {}
         owner: list[int] = []  # op -> the layer it belongs to
         self.layers: dict[int, Layer] = {}
         self.sources: dict[int, Source] = {}
@@ -615,7 +618,15 @@ def single_price(view: OptimusView, v: int, solver: bool) -> tuple[int, int] | N
 def single_blocking(view: OptimusView, v: int, solver: bool) -> tuple[list, list] | None:
     """Optimus's loop blocking and order of conv layer ``v`` run alone: the least energy
     estimate among its five blockings (solved continuously with the tile solver, else by
-    its closed forms); None if none fits."""
+    its closed forms); None if none fits. Solved once per layer (``view.blockings``)."""
+    key = (v, solver)
+    if key not in view.blockings:
+        view.blockings[key] = _single_blocking(view, v, solver)
+    found = view.blockings[key]
+    return None if found is None else (list(found[0]), list(found[1]))
+
+
+def _single_blocking(view: OptimusView, v: int, solver: bool) -> tuple[list, list] | None:
     layer = view.layers[v]
     if solver:
         found = [schedule(layer, view) for schedule in _CONTINUOUS]
@@ -681,8 +692,11 @@ def _accesses(layer: Layer, inner: list[int], outer: list[int], order: list[int]
     return [int(x) for x in np.ceil(access)]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _factors(n: float, start: int, end: int) -> set[int]:
-    """Optimus's divisors of ``n`` within [start, end] (a set, iterated as Optimus's is)."""
+    """Optimus's divisors of ``n`` within [start, end] (a set, iterated as Optimus's is;
+    cached: the register mappings of an exact search ask for the same ones again and again,
+    and no caller changes the set)."""
     found: list[int] = []
     for i in range(1, min(int(n**0.5) + 1, end + 1)):
         if n % i == 0 and n // i <= end and i >= start and (n // i) >= start:
@@ -956,6 +970,16 @@ def _rf_accesses(layer: Layer) -> list[int]:
 def _register_blocking(
     layer: Layer, tile: list[int], capacity: float, unroll: int
 ) -> tuple[list[int], list[int], list[int]] | None:
+    """:func:`_mapped_blocking` of the tile, cached (the same conv tiles recur in many of an
+    exact search's groups); fresh lists for the caller."""
+    found = _mapped_blocking(layer, tuple(tile), capacity, unroll)
+    return None if found is None else tuple(list(x) for x in found)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _mapped_blocking(
+    layer: Layer, tile: tuple[int, ...], capacity: float, unroll: int
+) -> tuple[list[int], list[int], list[int]] | None:
     """Optimus's mapping of a conv's tile (its global-buffer blocking) onto the PE array: its
     five closed-form blockings of the tile, all register files together as one buffer of
     ``capacity`` elements; the one with the fewest global-buffer accesses wins (the first on
@@ -1015,6 +1039,8 @@ class OptimusPricing:
     layers (docs/cost-model.md, "The optimus profile"). ``alone(v)`` is the cost model's own
     single-layer cost, used where Optimus finds no blocking for a layer."""
 
+    dram_pj_per_element = DRAM_ENERGY
+
     def __init__(self, graph: OpGraph, accel, io_elements, alone) -> None:
         self.b = accel.bytes_per_element
         self.view = OptimusView(graph, accel.pe_unroll, accel.buffer_bytes, self.b)
@@ -1026,6 +1052,7 @@ class OptimusPricing:
         self.io_elements, self.alone = io_elements, alone
         rf_bytes, self.rf_energy = register_file(accel.buffer_bytes)
         self.rf_capacity = rf_bytes / self.b * PES  # all register files, in elements
+        self._fused: dict[tuple[int, ...], Price | None] = {}
 
     def weights(self) -> tuple[int, ...]:
         """Weights per op as Optimus counts them: a dense layer's kernels, no bias; none for
@@ -1069,13 +1096,34 @@ class OptimusPricing:
                 return GroupCost(0, b * self.alone(v), True), "layer", v
             dram, held = found
             return GroupCost(b * held, b * dram, True), "layer", v
-        price = fused_price(view, members, self.solver, self.round_up, self.once)
+        price = self._fused_price(members)
         if price is None:  # outside what Optimus's code prices: it never fuses these
             io = self.io_elements(group)
             weights = sum(view.layers[v].weights for v in members)
             return GroupCost(0, b * (io + weights), False), "scheme", -1
         held = math.ceil(b * price.need)
         return GroupCost(held, b * price.dram, price.valid), "scheme", -1
+
+    def fixed_energy(self) -> tuple[float, ...]:
+        """pJ per op that Optimus reports for every group holding it, whatever its blocking:
+        a conv's register-file accesses (``4 M - O``) and MACs; 0 for the other ops. With the
+        DRAM term, the floor of :meth:`energy` that the exact search's bound adds up."""
+        layers = self.view.layers
+        return tuple(
+            self.rf_energy * sum(_rf_accesses(layers[v])) + layers[v].ops * MAC_ENERGY
+            if v in layers and layers[v].conv
+            else 0.0
+            for v in range(len(self.view.graph))
+        )
+
+    def _fused_price(self, members: list[int]) -> Price | None:
+        """:func:`fused_price` of these layers, once per set (its DRAM and its energy both
+        read it)."""
+        key = tuple(members)
+        if key not in self._fused:
+            self._fused[key] = fused_price(self.view, members, self.solver, self.round_up,
+                                           self.once)  # fmt: skip
+        return self._fused[key]
 
     def energy(self, group: Group) -> float:
         """Optimus's reported energy of ``group`` in pJ (:meth:`energy_split`'s total); inf
@@ -1093,7 +1141,7 @@ class OptimusPricing:
         members = view.layers_of(group)
         convs: list[tuple[Layer, list[int]]] = []  # (layer, its tile: global-buffer blocking)
         if len(members) > 1:
-            price = fused_price(view, members, self.solver, self.round_up, self.once)
+            price = self._fused_price(members)
             if price is None or not price.valid:
                 return None
             dram = list(price.split)

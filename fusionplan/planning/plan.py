@@ -245,6 +245,13 @@ class Plan:
             latency_lb = max(latency_lb, found.lower_bound)
         return PlanEnergy(totals, per_group, energy_lb, latency_lb, self.hardware.clock_mhz)
 
+    @cached_property
+    def tool_energy_uj(self) -> float | None:
+        """The energy another tool's own model reports for this plan (the optimus profile:
+        Optimus's), or None."""
+        tool = self.cost_model.tool_energy()
+        return None if tool is None else sum(tool.energy(g) for g in self.groups) / 1e6
+
     # -- serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         cm, names = self.cost_model, [n.name for n in self.graph.nodes]
@@ -273,10 +280,14 @@ class Plan:
             "accelerator": accel.settings(),
             "metrics": self.metrics.as_dict(),
             "hardware": self.hardware.settings(),
-            "energy": energy.as_dict() if energy is not None else None,
+            "energy": energy.as_dict() if energy is not None else self._tool_energy_dict(),
             "search": self.info,
             "groups": groups,
         }
+
+    def _tool_energy_dict(self) -> dict[str, Any] | None:
+        uj = self.tool_energy_uj
+        return None if uj is None else {"model": "optimus", "energy_uj": round(uj, 6)}
 
     def schedule(self, group: Group) -> Schedule:
         """The schedule the cost model priced for ``group``, step by step
@@ -357,6 +368,8 @@ class Plan:
                 f"latency      {e.latency_ms:.3f} ms = {e.totals.latency_cycles:,} cycles "
                 f"(bound {e.latency_bound_cycles:,}) on {self.hardware.describe()}",
             ]
+        if e is None and self.tool_energy_uj is not None:
+            lines.append(f"energy       {self.tool_energy_uj:.3f} uJ (Optimus's energy model)")
         found = self.result.objective_bound if self.result is not None else None
         if found is not None:
             status = "proven optimal" if found.optimal else f"gap {found.gap:.2%}"

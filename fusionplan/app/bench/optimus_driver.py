@@ -25,6 +25,7 @@ import importlib
 import json
 import math
 import sys
+import time
 
 NET_MODULES = {
     "optimus_resnet18": "resnet18",
@@ -151,7 +152,9 @@ class Oracle:
         generator = self.generator
         if objective == "dram":
             generator = _DramGenerator(self)
+        start = time.perf_counter()
         schedule, _ = generator.schedule_search()
+        seconds = time.perf_counter() - start
         groups = [list(section[0]) for section in schedule]
         priced = [self.price(g, tiles=False) for g in groups]
         return {
@@ -161,6 +164,7 @@ class Oracle:
             "group_energy": [p["energy"] for p in priced],
             "energy": sum(p["energy"] for p in priced),
             "group_objective": [float(section[3]) for section in schedule],
+            "seconds": seconds,
         }
 
 

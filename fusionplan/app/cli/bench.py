@@ -28,6 +28,7 @@ from fusionplan.app.bench.optimus import BUFFERS as OPTIMUS_BUFFERS
 from fusionplan.app.bench.optimus import DATA as OPTIMUS_DATA
 from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
 from fusionplan.app.bench.optimus import run_optimus_bench
+from fusionplan.app.bench.optimus_energy import run_optimus_energy_bench
 from fusionplan.app.bench.optimus_oracle import OptimusRunner, optimus_checkout
 from fusionplan.app.bench.scaling import job_timing
 from fusionplan.app.bench.speed import search_speed, zoo_times
@@ -636,6 +637,64 @@ def bench_optimus(optimus_dir, optimus_python, exact_limit, report, data, quiet)
             data_path=data,
         )
     click.echo(f"wrote {report} and {data}")
+
+
+@bench_group.command("optimus-energy")
+@click.option(
+    "--optimus-dir",
+    type=click.Path(file_okay=False),
+    help="An Optimus checkout (github SheaCai/optimus); default $FUSIONPLAN_OPTIMUS_DIR.",
+)
+@click.option(
+    "--optimus-python",
+    help="The interpreter that runs Optimus (needs numpy, scipy); default "
+    "$FUSIONPLAN_OPTIMUS_PYTHON, else this one.",
+)
+@click.option(
+    "--exact-limit",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Work per exact search, in seconds on the reference machine (search/effort.py).",
+)
+@click.option(
+    "--networks",
+    default=",".join(OPTIMUS_NETWORKS),
+    show_default=True,
+    help="Comma list of Optimus's networks.",
+)
+@click.option(
+    "--report",
+    type=OutputPath(),
+    default="bench-out/optimus-energy.md",
+    show_default=True,
+    help="Markdown file for the table; only its generated section is replaced.",
+)
+@click.option("-q", "--quiet", is_flag=True)
+def bench_optimus_energy(optimus_dir, optimus_python, exact_limit, networks, report, quiet):
+    """fusionplan's energy-optimal plans against Optimus's energy optimum, both priced by
+    Optimus's code, with both search times. Skips (exit 0) without an Optimus checkout."""
+    root = optimus_checkout(optimus_dir)
+    if root is None:
+        click.echo(
+            "bench optimus-energy: skipped, no Optimus checkout "
+            "(--optimus-dir or $FUSIONPLAN_OPTIMUS_DIR)"
+        )
+        return
+    chosen = [n.strip() for n in networks.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in OPTIMUS_NETWORKS]
+    if unknown:
+        raise click.BadParameter(
+            f"{unknown[0]!r} is not one of {', '.join(OPTIMUS_NETWORKS)}", param_hint="--networks"
+        )
+    runner = OptimusRunner(root, optimus_python or "")
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    with progress_bar("optimus cells", len(chosen) * len(OPTIMUS_BUFFERS), not quiet) as bar:
+        run_optimus_energy_bench(
+            report, runner, exact_limit, chosen,
+            command=command or "fusionplan bench optimus-energy", progress=bar,
+        )  # fmt: skip
+    click.echo(f"wrote {report}")
 
 
 @bench_group.command("fidelity")
