@@ -12,11 +12,14 @@ its steps and its energy the accesses times their energies plus leakage over tha
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from accel_model.hardware import Hardware
-from accel_model.schedule import Compute, Schedule, ScheduleError, Transfer, build_schedule
+from accel_model.schedule import Compute, Range, Schedule, Transfer, build_schedule
+from accel_model.windows import input_channels, input_rows
 from fusionplan.ir.graph import Group, OpGraph, bits
 
 if TYPE_CHECKING:
@@ -70,39 +73,78 @@ def _fields(m: GroupMetrics) -> tuple[int, ...]:
 
 
 class _OpShape:
-    """Per op: output (C, H, W), MACs per output element, and the channels and rows of the
-    input it reduces over (a partial compute covers a share of them)."""
+    """Per op: output (C, H, W), MACs, the input channels one output channel reduces over,
+    and the share of its outputs' MACs a partial compute does (memoised: a schedule repeats
+    the same partial passes step after step)."""
 
     def __init__(self, graph: OpGraph, v: int) -> None:
         node = graph.nodes[v]
+        self.graph, self.v = graph, v
         self.out = graph.out_shape(v)
         size = self.out[0] * self.out[1] * self.out[2]
         self.macs, self.size = node.macs, max(size, 1)
-        first = graph.tensors[node.inputs[0]].shape if node.inputs else self.out
-        self.in_channels, self.in_rows = max(first[0], 1), max(first[1], 1)
-        groups = max(node.groups, 1)
-        self.reduced = max(first[0] // groups, 1)  # input channels each output reads
+        lo, hi = input_channels(graph, v, 0, (0, 1)) if node.inputs else (0, 1)
+        self.reduced = max(hi - lo, 1)
         self.weighted = node.weights > 0
+        self._channels: dict[tuple[Range, Range], Fraction] = {}
+        self._rows: dict[tuple[Range, Range], Fraction] = {}
+
+    def channel_share(self, channels: Range, part: Range) -> Fraction:
+        """Sum over the output ``channels`` of the share of the input channels each reads
+        (its group's, for a grouped conv) that the pass over ``part`` covers."""
+        key = (channels, part)
+        hit = self._channels.get(key)
+        if hit is None:
+            hit = Fraction(0)
+            for co in range(*channels):
+                lo, hi = input_channels(self.graph, self.v, 0, (co, co + 1))
+                if hi > lo:
+                    hit += Fraction(_overlap((lo, hi), part), hi - lo)
+            self._channels[key] = hit
+        return hit
+
+    def row_share(self, rows: Range, part: Range) -> Fraction:
+        """Sum over the output ``rows`` of the share of each one's input window (the rows
+        it reads, clipped to the input) that the pass over input rows ``part`` covers."""
+        key = (rows, part)
+        hit = self._rows.get(key)
+        if hit is None:
+            hit = Fraction(0)
+            for r in range(*rows):
+                lo, hi = input_rows(self.graph, self.v, 0, (r, r + 1))
+                if hi > lo:
+                    hit += Fraction(_overlap((lo, hi), part), hi - lo)
+            self._rows[key] = hit
+        return hit
+
+
+def _overlap(a: Range, b: Range) -> int:
+    return max(min(a[1], b[1]) - max(a[0], b[0]), 0)
 
 
 def _compute_counts(a: Compute, op: _OpShape, hw: Hardware) -> tuple[int, int, int]:
-    """(MACs, PE-array cycles, buffer elements touched) of one compute action."""
+    """(MACs, PE-array cycles, buffer elements touched) of one compute action. A partial
+    pass does its share of its outputs' MACs (``channel_share``, ``row_share``): the passes
+    that complete an output add up to its MACs."""
     rows = a.rows[1] - a.rows[0]
     chans = a.channels[1] - a.channels[0]
     cols = op.out[2] if a.cols is None else a.cols[1] - a.cols[0]
     n_out = rows * chans * cols
-    num, den = n_out * op.macs, op.size
+    partial = a.in_channels is not None or a.in_rows is not None
     reduced = op.reduced
-    if a.in_channels is not None:  # a partial pass over a slice of the input channels
-        part = a.in_channels[1] - a.in_channels[0]
-        num, den = num * part, den * op.in_channels
-        reduced = max(reduced * part // op.in_channels, 1)
-    if a.in_rows is not None:  # a partial pass over some input rows
-        num, den = num * (a.in_rows[1] - a.in_rows[0]), den * op.in_rows
-    macs = -(-num // den)
+    if not partial:
+        macs = -(-n_out * op.macs // op.size)
+    else:
+        share = Fraction(op.macs * cols, op.size)
+        if a.in_channels is not None:  # a pass over a slice of the input channels
+            share *= op.channel_share(a.channels, a.in_channels)
+            reduced = max(min(a.in_channels[1] - a.in_channels[0], reduced), 1)
+        else:
+            share *= chans
+        share *= op.row_share(a.rows, a.in_rows) if a.in_rows is not None else rows
+        macs = math.ceil(share)
     if not macs:
         return 0, 0, n_out
-    partial = a.in_channels is not None or a.in_rows is not None
     r, c = hw.pe_rows, hw.pe_cols
     if hw.dataflow == "cout-ow":  # rows: output channels, columns: output columns
         passes = -(-chans // r) * -(-cols // c)
@@ -120,6 +162,15 @@ def _compute_counts(a: Compute, op: _OpShape, hw: Hardware) -> tuple[int, int, i
     return macs, cycles, inputs + weights + outputs
 
 
+def _operand_reads(macs: int, op: _OpShape, hw: Hardware) -> int:
+    """Buffer elements ``macs`` MACs of ``op`` read at least: its inputs and weights at the
+    array's full utilisation (the reuse :func:`_compute_counts` charges, at best)."""
+    if hw.dataflow == "cout-ow":
+        return macs // hw.pe_rows + (macs // hw.pe_cols if op.weighted else 0)
+    weights = macs // (op.out[1] * op.out[2]) if op.weighted else 0
+    return macs // hw.pe_cols + weights
+
+
 def buffer_floor_elements(graph: OpGraph, v: int, hw: Hardware) -> int:
     """Buffer elements every schedule touches computing op ``v`` (the bounds' share of it):
     each output written once, and the operand reads :func:`_compute_counts` charges at full
@@ -129,11 +180,9 @@ def buffer_floor_elements(graph: OpGraph, v: int, hw: Hardware) -> int:
     if not op.macs:
         return out
     if hw.dataflow == "cout-ow":
-        weights = op.macs // hw.pe_cols if op.weighted else 0
-        return op.macs // hw.pe_rows + weights + out
-    weights = op.macs // (op.out[1] * op.out[2]) if op.weighted else 0
+        return _operand_reads(op.macs, op, hw) + out
     folds = -(-op.reduced // hw.pe_rows)  # partial sums leave the array once per fold
-    return op.macs // hw.pe_cols + weights + out * (2 * folds if folds > 1 else 1)
+    return _operand_reads(op.macs, op, hw) + out * (2 * folds if folds > 1 else 1)
 
 
 def schedule_metrics(
@@ -146,6 +195,7 @@ def schedule_metrics(
     shapes = {} if shapes is None else shapes
     macs = buf_elems = dram_bytes = compute = transfer = latency = 0
     bw_buf = hw.buffer_bytes_per_cycle
+    done: dict[int, int] = {}  # MACs counted per op
     for step in schedule.steps:
         s_compute = s_buf = s_dram = 0
         for a in step.actions:
@@ -158,6 +208,7 @@ def schedule_metrics(
                 op = shapes[a.op] = _OpShape(graph, a.op)
             m, cycles, touched = _compute_counts(a, op, hw)
             macs += m
+            done[a.op] = done.get(a.op, 0) + m
             s_compute += cycles
             s_buf += touched
         s_transfer = hw.dram_cycles(s_dram)
@@ -170,9 +221,22 @@ def schedule_metrics(
         transfer += s_transfer
         dram_bytes += s_dram
         buf_elems += s_buf
-    if not schedule.steps:
-        macs = sum(graph.nodes[v].macs for v in bits(schedule.group))
-        compute = latency = -(-macs // hw.macs_per_cycle)
+    # An op whose passes add up to fewer MACs than it has (a pass this model cannot split
+    # exactly; a group with no steps, which Optimus does not count) runs the rest at the
+    # array's peak, reading its operands at full reuse: no figure falls below its floor.
+    rest = rest_reads = 0
+    for v in bits(schedule.group):
+        short = graph.nodes[v].macs - done.get(v, 0)
+        if short > 0:
+            op = shapes.get(v) or shapes.setdefault(v, _OpShape(graph, v))
+            rest += short
+            rest_reads += _operand_reads(short, op, hw) + (0 if v in done else op.size)
+    if rest:
+        cycles = -(-rest // hw.macs_per_cycle)
+        macs += rest
+        compute += cycles
+        buf_elems += rest_reads
+        latency += max(cycles, -(-rest_reads * b // bw_buf))
     buf_bytes = buf_elems * b
     unit = UnitEnergies.of(hw, schedule.buffer_bytes)
     return GroupMetrics(
@@ -235,20 +299,3 @@ class MetricsModel:
         for g in groups:
             total = total + self.group(g)
         return total
-
-    def available(self, group: Group) -> bool:
-        """Whether ``group`` has a schedule to read metrics from (the optimus profile prices
-        fused groups by Optimus's formulas, which lay out none)."""
-        try:
-            self.group(group)
-        except ScheduleError:
-            return False
-        return True
-
-
-def compulsory_energy_fj(cost_model: CostModel, hw: Hardware, group: Group) -> int:
-    """The least energy any schedule of ``group`` can spend: its compulsory DRAM bytes
-    (io + weights once) through the buffer, and its MACs (the property tests' floor)."""
-    unit = UnitEnergies.of(hw, cost_model.beta)
-    macs = sum(cost_model.graph.nodes[v].macs for v in bits(group))
-    return cost_model.compulsory(group) * (unit.dram + unit.buffer) + macs * unit.mac

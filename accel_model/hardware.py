@@ -4,7 +4,7 @@
 The DRAM cost models need only the buffer (:class:`~accel_model.accelerator.Accelerator`);
 a plan's latency and energy also need what this class describes. It is read from the same
 description file (``pe_array``, ``clock_mhz``, ``energy``, ...) and every field has a
-documented default: the Optimus-like 16-bit design of ``docs/examples/optimus-128KB.yaml``
+documented default: the Optimus-like 16-bit design of ``docs/examples/optimus-like-npu.yaml``
 (docs/cost-model.md, "Energy and latency", says where each number comes from).
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from fractions import Fraction
+from functools import cached_property
 
 from fusionplan.ir.errors import ConfigError
 
@@ -88,10 +90,6 @@ class Hardware:
         return self.pe_rows * self.pe_cols
 
     @property
-    def dram_bytes_per_cycle(self) -> float:
-        return self.dram_gb_per_s * 1e9 / (self.clock_mhz * 1e6)
-
-    @property
     def buffer_bytes_per_cycle(self) -> int:
         return self.buffer_banks * self.bank_bytes_per_cycle
 
@@ -103,8 +101,15 @@ class Hardware:
         return sram_pj_per_byte(max(buffer_bytes // self.buffer_banks, 1))
 
     def dram_cycles(self, nbytes: int) -> int:
-        """Cycles to move ``nbytes`` over the DRAM interface."""
-        return math.ceil(nbytes / self.dram_bytes_per_cycle - 1e-9) if nbytes else 0
+        """Cycles to move ``nbytes`` over the DRAM interface, in exact rational arithmetic
+        (the bounds rely on a sum of these being at least the cycles of the sum)."""
+        return math.ceil(nbytes * self._cycles_per_byte)
+
+    @cached_property
+    def _cycles_per_byte(self) -> Fraction:
+        # clock_mhz * 1e6 cycles per second over dram_gb_per_s * 1e9 bytes per second, from
+        # the decimal figures given (floats as written, not their binary expansion)
+        return Fraction(str(self.clock_mhz)) / (Fraction(str(self.dram_gb_per_s)) * 1000)
 
     def settings(self) -> dict[str, object]:
         """Every field, JSON-friendly (the plan JSON's ``hardware`` block)."""

@@ -17,7 +17,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from accel_model.energy import FJ_PER_PJ, MetricsModel, UnitEnergies, buffer_floor_elements
+from accel_model.energy import (
+    FJ_PER_PJ,
+    GroupMetrics,
+    MetricsModel,
+    UnitEnergies,
+    buffer_floor_elements,
+)
 from accel_model.hardware import Hardware
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
@@ -67,7 +73,8 @@ class Objective(ABC):
 
     def rest_floor(self, nodes: Group, traffic: int) -> int:
         """A lower bound on the score of running ``nodes`` when their DRAM traffic is at
-        least ``traffic`` bytes: additive over ops and monotone in the traffic, hence
+        least ``traffic`` bytes, built from terms additive over ops and groups (a max of
+        such sums for latency, which is subadditive too) and monotone in the traffic, hence
         consistent where the traffic bound is (docs/cost-model.md, "Energy and latency")."""
         raise NotImplementedError(f"objective {self.name} has no lower bound")
 
@@ -80,7 +87,7 @@ class Objective(ABC):
             t += touch[v]
         return m, t
 
-    def _metrics(self, group: Group):
+    def _metrics(self, group: Group) -> GroupMetrics:
         before = self.metrics.built
         m = self.metrics.group(group)
         if self.metrics.built != before:
@@ -124,15 +131,16 @@ class EnergyObjective(Objective):
             self.fixed = tuple(
                 max(math.floor(pj * FJ_PER_PJ) - 1, 0) for pj in self.tool.fixed_energy()
             )
-            per_element = round(self.tool.dram_pj_per_element * FJ_PER_PJ)
+            per_element = math.floor(self.tool.dram_pj_per_element * FJ_PER_PJ)
             self.tool_dram = per_element // cost_model.b  # fJ per DRAM byte, rounded down
 
     def group(self, group: Group) -> int:
         if self.tool is None:
             return self._metrics(group).energy_fj
         pj = self.tool.energy(group)
-        if not math.isfinite(pj):
-            raise ConfigError(f"{self.cm.name}: the cost model's tool prices no energy here")
+        if not math.isfinite(pj):  # never on Optimus's five networks (each conv has a blocking)
+            names = [self.cm.graph.nodes[v].name for v in bits(group)]
+            raise ConfigError(f"Optimus's energy model prices no schedule for group {names}")
         return round(pj * FJ_PER_PJ)
 
     def plan(self, groups: Sequence[Group]) -> int:
@@ -194,6 +202,26 @@ class EdpObjective(Objective):
             energy += m.energy_fj
             latency += m.latency_cycles
         return energy * latency
+
+
+def check_additive(name: str) -> None:
+    """ConfigError unless objective ``name`` adds over groups (what A* needs)."""
+    if not OBJECTIVES.get(name).additive:
+        raise ConfigError(
+            f"objective {name} is not a sum over groups: the exact search cannot optimise it; "
+            "use --search auto, rs, ls or nsga2"
+        )
+
+
+def needs_schedules(name: str) -> bool:
+    """Whether objective ``name`` reads latency, which only schedules give."""
+    return name in ("latency", "edp")
+
+
+def static_floor(objective: Objective, traffic: int) -> int:
+    """The objective's floor over the whole graph from a DRAM lower bound (a plan's static
+    bound where no A* ran under the objective)."""
+    return objective.rest_floor(objective.cm.graph.all_nodes, traffic)
 
 
 def _check_schedules(cost_model: CostModel, name: str) -> None:

@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from accel_model.bounds import plan_lower_bound
-from accel_model.objectives import Objective, objective_parts
+from accel_model.objectives import Objective, objective_parts, static_floor
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group
 from fusionplan.planning.result import ExactBound, ObjectiveBound, SearchResult
@@ -165,34 +165,35 @@ class AutoSearch:
         end = clock_end(cfg.time_limit_s, t0)
         cm, objective = problem.cost_model, problem.objective
         by_dram = FusionProblem(cm, problem.splitter, problem.budget, warm_start=problem.warm_start)
-        first = AutoSearch(cfg).run(by_dram, seed)
-        problem.warm_start = [*problem.warm_start, first.best.groups]
-        rec = Recorder(problem, progress)
+        first = AutoSearch(cfg).run(by_dram, seed).best.groups
+        found = [first]  # plans every stage hands on, observed as warm starts at the end
         work = units(cfg.effort, AUTO_UNITS)
         tractable = count_downsets(problem.graph, cfg.max_downsets)[1]
         parts = objective_parts(objective)
         bounds: list[ObjectiveBound | None] = []
         for part in parts:
-            if tractable:
-                sub = FusionProblem(cm, problem.splitter, problem.budget, objective=part)
-                sub.warm_start = [first.best.groups]
-                sub_rec = Recorder(sub)
-                found = objective_optimum(sub, sub_rec, max(work // len(parts), 1), end)
-                best = sub_rec.best
-                assert best is not None
-                problem.warm_start = [*problem.warm_start, best.groups]
-                bounds.append(found)
-            else:
+            if not tractable:  # too many down-sets for A*: the static floor, a local search
                 bounds.append(None)
-        for cand in problem.warm_candidates():
-            rec.observe(cand)
-        if not objective.additive and cfg.ls_budget:  # polish the product by local moves
-            polish = FusionProblem(cm, problem.splitter, self.config.scout_plans(len(cm.graph)),
-                                   objective=objective, warm_start=[rec.best.groups])  # fmt: skip
-            rec.observe(polish._candidate(LocalSearch().run(polish, seed).best.groups))
+                continue
+            sub = FusionProblem(cm, problem.splitter, problem.budget, objective=part)
+            sub.warm_start = [first]
+            sub_rec = Recorder(sub)
+            bounds.append(objective_optimum(sub, sub_rec, max(work // len(parts), 1), end))
+            assert sub_rec.best is not None
+            found.append(sub_rec.best.groups)
+        if (not objective.additive or not tractable) and cfg.ls_budget:
+            # a product of optima is not the optimum of the product; without A*, local moves
+            polish = FusionProblem(cm, problem.splitter, cfg.scout_plans(len(cm.graph)),
+                                   objective=objective, warm_start=list(found))  # fmt: skip
+            found.append(LocalSearch().run(polish, seed).best.groups)
+        original = problem.warm_start
+        problem.warm_start = [*original, *found]
+        rec = Recorder(problem, progress)  # observes every plan found, without proposals
+        problem.warm_start = original
         best = rec.best
         assert best is not None
-        bound = _combined_bound(objective, best.score, bounds, plan_lower_bound(cm))
+        traffic = plan_lower_bound(cm)
+        bound = _combined_bound(objective, parts, best.score, bounds, traffic)
         result = rec.result(self.name, seed, config=asdict(cfg), objective_bound=bound)
         return replace(result, wall_time_s=time.perf_counter() - t0)
 
@@ -234,20 +235,23 @@ class AutoSearch:
 
 
 def _combined_bound(
-    objective: Objective, score: int, found: list[ObjectiveBound | None], traffic: int
+    objective: Objective,
+    parts: list[Objective],
+    score: int,
+    found: list[ObjectiveBound | None],
+    traffic: int,
 ) -> ObjectiveBound:
-    """The objective's bound: A*'s where it ran, else its floor from the static traffic
-    bound; EDP's is the product of the energy and latency bounds (both are >= 0)."""
-    every = objective.cm.graph.all_nodes
+    """The objective's bound: per part (:func:`objective_parts`) A*'s where it ran, else its
+    floor from the static traffic bound; EDP's is the product of the energy and latency
+    bounds (both are >= 0)."""
     lows, states = [], 0
-    for part, bound in zip(objective_parts(objective), found, strict=True):
+    for part, bound in zip(parts, found, strict=True):
         if bound is None:
-            lows.append(part.rest_floor(every, traffic))
+            lows.append(static_floor(part, traffic))
         else:
             lows.append(bound.lower_bound)
             states += bound.states
-    lower = math.prod(lows) if lows else 0
-    lower = min(lower, score)
+    lower = min(math.prod(lows), score)
     stopped = [b.stopped_by for b in found if b is not None and not b.optimal]
     if lower >= score:
         why = STOP_OPTIMAL

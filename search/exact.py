@@ -122,7 +122,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from accel_model.bounds import TrafficBound, chain_budget
-from accel_model.objectives import Objective
+from accel_model.objectives import Objective, check_additive
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.planning.result import ExactBound, ObjectiveBound, SearchResult
@@ -615,6 +615,7 @@ def solve(
 # ``rest_floor(ops left, traffic bound)`` is consistent wherever the traffic bound is, since
 # each group pays at least its DRAM bytes' and its MACs' share of it.
 
+
 @dataclass
 class ObjectiveOutcome:
     groups: list[Group]  # every group of the plan, unfusable singletons included
@@ -683,7 +684,7 @@ def solve_objective(
             state = prev
         return start_path + steps[::-1]
 
-    def push(f: int, state: Group, g: int, pending) -> None:
+    def push(f: int, state: Group, g: int, pending: tuple[Group, Group, Group] | None) -> None:
         nonlocal seq
         seq += 1
         heapq.heappush(heap, (f, seq, state, g, pending))
@@ -701,6 +702,7 @@ def solve_objective(
                 if state == every:
                     if g2 < ub:
                         ub, ub_path = g2, [*path_to(prev), group, *solver.atoms_in(absorbed)]
+                    current = None
                     continue
                 if g2 < best_g.get(state, ub) and state not in closed:
                     best_g[state] = g2
@@ -714,9 +716,8 @@ def solve_objective(
                 continue
             transitions = solver.expand(state)
             closed.add(state)
-            for group, absorbed, nxt, dram in transitions:
-                atoms = dram - solver.cm.cost(group).dram  # the absorbed atoms' DRAM
-                floor = g + objective.group_floor(group, dram - atoms)
+            for group, absorbed, nxt, _ in transitions:
+                floor = g + objective.group_floor(group, solver.cm.cost(group).dram)
                 if absorbed:
                     floor += sum(objective.group_floor(a, solver.atom_dram[a])
                                  for a in solver.atoms_in(absorbed))  # fmt: skip
@@ -800,11 +801,7 @@ def objective_optimum(
     """A* under ``problem``'s objective (:func:`solve_objective`) on ``work`` units, from
     the best plan ``rec`` holds; its plan goes to ``rec`` and its bound is returned."""
     objective = problem.objective
-    if not objective.additive:
-        raise ConfigError(
-            f"objective {objective.name} is not a sum over groups: the exact search cannot "
-            "optimise it; use --search auto, rs, ls or nsga2"
-        )
+    check_additive(objective.name)
     solver = ExactSolver(problem.cost_model, problem.unfusable)
     best = rec.best
     incumbent = list(best.groups) if best is not None else None

@@ -46,6 +46,7 @@ import numpy as np
 
 from accel_model.objectives import make_objective
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.graph import bits
 from fusionplan.planning.result import Candidate, SearchResult
 from search.base import SEARCHES, Progress, build_config, check_start
 from search.nsga2_openbox import MISSING, run_openbox
@@ -281,10 +282,10 @@ class ParetoFront:
     each plan's energy and latency read off its schedules (one metrics model for both)."""
 
     def __init__(self, problem: FusionProblem) -> None:
-        cm = problem.cost_model
-        energy = make_objective("energy", cm, problem.objective.hw)
-        self.energy = energy
-        self.latency = make_objective("latency", cm, energy.hw, energy.metrics)
+        cm, shared = problem.cost_model, problem.objective
+        self.names = [n.name for n in cm.graph.nodes]
+        self.energy = make_objective("energy", cm, shared.hw, shared.metrics)
+        self.latency = make_objective("latency", cm, shared.hw, shared.metrics)
         self.points: dict[tuple[int, ...], tuple[int, int, int]] = {}
 
     def observe(self, cand: Candidate) -> tuple[int, int, int]:
@@ -294,12 +295,15 @@ class ParetoFront:
             self.points[cand.groups] = point
         return point
 
-    def rows(self) -> list[dict[str, int]]:
-        """The front, DRAM ascending (ties by energy, then latency)."""
+    def rows(self) -> list[dict[str, Any]]:
+        """The front, DRAM ascending (ties by energy, then latency), each with its plan's
+        groups as op names."""
+        names = self.names
         return [
-            {"dram_bytes": d, "energy_fj": e, "latency_cycles": t, "groups": len(groups)}
+            {"dram_bytes": d, "energy_fj": e, "latency_cycles": t,
+             "groups": [[names[v] for v in bits(g)] for g in groups]}
             for groups, (d, e, t) in sorted(self.points.items(), key=lambda kv: kv[1])
-        ]
+        ]  # fmt: skip
 
 
 def _dominates(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -12,11 +12,13 @@ from click.testing import CliRunner
 
 from accel_model import Accelerator
 from accel_model.description import hardware_from, read_description
-from accel_model.energy import MetricsModel, compulsory_energy_fj, schedule_metrics
+from accel_model.energy import MetricsModel, _compute_counts, _OpShape, schedule_metrics
 from accel_model.hardware import Hardware, sram_pj_per_byte
+from accel_model.layer import loop_orders
 from accel_model.objectives import make_objective
 from accel_model.registry import cost_model_class
 from accel_model.schedule import Compute, Schedule, Step, Transfer
+from accel_model.schedule_layer import _Layer
 from fusionplan.app.api import load
 from fusionplan.app.cli import cli
 from fusionplan.app.pipeline import PlanRequest, plan_graph
@@ -103,6 +105,7 @@ def resnet18():
 def test_every_group_of_a_zoo_plan_respects_the_bounds(scheme, buffer, hw):
     plan = plan_graph(resnet18(), PlanRequest(buffer=buffer, scheme=scheme, bound_effort=0.0))
     cm, model = plan.cost_model, MetricsModel(plan.cost_model, hw)
+    energy, latency = (make_objective(n, cm, hw) for n in ("energy", "latency"))
     for group in plan.groups:
         m = model.group(group)
         macs = sum(cm.graph.nodes[v].macs for v in bits(group))
@@ -110,7 +113,37 @@ def test_every_group_of_a_zoo_plan_respects_the_bounds(scheme, buffer, hw):
         assert m.macs >= macs
         floor = max(-(-macs // hw.macs_per_cycle), hw.dram_cycles(m.dram_bytes))
         assert m.latency_cycles >= floor
-        assert m.energy_fj >= compulsory_energy_fj(cm, hw, group)
+        assert m.latency_cycles >= latency.rest_floor(group, cm.compulsory(group))
+        # the compulsory traffic and every MAC, and the buffer reads the floors charge
+        assert m.energy_fj >= energy.rest_floor(group, cm.compulsory(group))
+
+
+@pytest.mark.parametrize("dataflow", ["cout-ow", "cin-cout"])
+def test_every_loop_order_of_a_layer_does_its_macs(dataflow):
+    """Each single-layer loop order (row bands ... direct, whose partial passes cover one
+    input row of one channel) adds up to the op's MACs, at every buffer that allows it."""
+    graph, hw = one_conv(), Hardware(dataflow=dataflow, pe_rows=4, pe_cols=4)
+    cm = cost_model_class("brr")(graph, Accelerator(1 << 20, "brr", 1))
+    geo = cm._geometry(0)
+    energy = make_objective("energy", cm, hw)
+    seen = set()
+    for beta in (64, 256, 1024, 4096, 1 << 20):
+        for tiling in loop_orders(geo, 1, beta):
+            if tiling.order in seen:
+                continue
+            seen.add(tiling.order)
+            schedule = _Layer(cm, 1, 0, tiling, "layer").build()
+            op = _OpShape(graph, 0)
+            passes = [a for st in schedule.steps for a in st.computes]
+            # the passes' own shares add up to the op (no shortfall for the net to fill),
+            # rounded up per pass by less than one MAC each
+            done = sum(_compute_counts(a, op, hw)[0] for a in passes)
+            assert 18432 <= done < 18432 + len(passes), tiling.order
+            m = schedule_metrics(schedule, graph, hw)
+            assert m.macs == done, tiling.order
+            assert m.compute_cycles >= 18432 // 16, tiling.order
+            assert m.energy_fj >= energy.rest_floor(1, m.dram_bytes), tiling.order
+    assert {"streaming", "direct"} <= seen
 
 
 # ------------------------------------------------------------------------ exact objectives

@@ -16,7 +16,8 @@ from typing import Any
 import onnx
 
 from accel_model import Accelerator, parse_size
-from accel_model.description import load_accelerator
+from accel_model.description import load_accelerator, load_hardware
+from accel_model.hardware import Hardware
 from accel_model.latency import LATENCY_MODELS
 from data.zoo import model_source, resolve_model
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
@@ -72,9 +73,15 @@ def plan(
     time_limit_s: float | None = None,
     prepass: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
+    objective: str = "dram",
+    hardware: Hardware | None = None,
 ) -> Plan:
     """Plan fusion for ``model`` (ONNX path, zoo name or OpGraph) on one accelerator,
     after the named pre-passes (``prepass=["substitute"]``) rewrote its ONNX graph.
+
+    ``objective`` is what the search minimises (``dram``, ``energy``, ``latency``, ``edp``);
+    energy and latency run on ``hardware`` (a description file gives it; None: the file's,
+    else accel_model.hardware's defaults).
 
     The accelerator is ``buffer`` (default 256KB), ``scheme`` and the cost settings, or an
     :class:`Accelerator` / a description file (``accelerator="acc.yaml"``), whose buffer an
@@ -97,9 +104,13 @@ def plan(
         effort=effort,
         bound_effort=bound_effort,
         time_limit_s=time_limit_s,
+        objective=objective,
+        hardware=hardware,
     )
     if accelerator is not None:
         if not isinstance(accelerator, Accelerator):
+            if hardware is None:
+                request = replace(request, hardware=load_hardware(accelerator))
             accelerator = load_accelerator(accelerator, buffer)
         elif buffer is not None:
             accelerator = replace(accelerator, buffer_bytes=parse_size(buffer))

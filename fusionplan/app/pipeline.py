@@ -16,7 +16,7 @@ from typing import Any
 import explainers  # noqa: F401  (registers the gnne / pg / rg splitters)
 from accel_model import Accelerator, CostModel, make_cost_model
 from accel_model.hardware import Hardware
-from accel_model.objectives import OBJECTIVES, make_objective
+from accel_model.objectives import OBJECTIVES, check_additive, make_objective, needs_schedules
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.planning.plan import Plan
@@ -105,10 +105,15 @@ class PlanRequest:
                 f"--search lns re-solves windows for DRAM only; for --objective "
                 f"{self.objective} use auto, exact, rs, ls or nsga2"
             )
-        if not OBJECTIVES.get(self.objective).additive and self.search == "exact":
+        if self.search == "exact":
+            check_additive(self.objective)
+        optimus = "optimus-groups" in self.accelerator().conventions
+        front = self.search_options.get("front", "mbu") != "mbu"
+        if optimus and (needs_schedules(self.objective) or front):
+            what = "--front dram-energy-latency" if front else f"objective {self.objective}"
             raise ConfigError(
-                f"objective {self.objective} is not a sum over groups: the exact search "
-                "cannot optimise it; use --search auto, rs, ls or nsga2"
+                f"{what} needs each group's schedule, and the optimus profile prices fused "
+                "groups by Optimus's formulas, which lay out none: use dram or energy"
             )
         return self
 
@@ -194,6 +199,11 @@ def plan_at_least_as_good(
     bound = result.certificate.lower_bound_bytes
     optimal = bound >= better.dram
     result.best = better
+    if result.objective_bound is not None:  # the swapped-in plan's score, its gap
+        found = result.objective_bound
+        result.objective_bound = replace(
+            found, score=better.score, optimal=found.lower_bound >= better.score
+        )
     result.certificate = replace(
         result.certificate,
         gap=0.0 if optimal else relative_gap(better.dram, bound),

@@ -9,6 +9,7 @@ quotient graph and the buffer limit.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -19,9 +20,9 @@ import onnx
 from accel_model.bounds import compulsory_traffic, plan_lower_bound, unfusable_nodes
 from accel_model.energy import GroupMetrics, MetricsModel
 from accel_model.hardware import Hardware
-from accel_model.objectives import make_objective
+from accel_model.objectives import make_objective, static_floor
 from accel_model.schedule import Schedule, ScheduleError, build_schedule
-from fusionplan.ir.errors import PlanError
+from fusionplan.ir.errors import ConfigError, PlanError
 from fusionplan.ir.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
 from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.ir.onnx_import import onnx_node_names
@@ -110,6 +111,18 @@ class PlanEnergy:
             "compute_cycles": t.compute_cycles,
             "transfer_cycles": t.transfer_cycles,
         }  # fmt: skip
+
+
+def _hardware_of(saved: Any) -> Hardware | None:
+    """The hardware a plan file was planned on (None: none recorded, the defaults)."""
+    if saved is None:
+        return None
+    if not isinstance(saved, dict):
+        raise PlanError("plan file: 'hardware' must be an object of settings")
+    try:
+        return Hardware(**saved)
+    except (TypeError, ConfigError) as exc:
+        raise PlanError(f"plan file: bad 'hardware': {exc}") from None
 
 
 class Plan:
@@ -231,13 +244,9 @@ class Plan:
         except ScheduleError:
             return None
         totals = model.plan(list(self.groups))
-        every, traffic = self.graph.all_nodes, self.metrics.lower_bound_bytes
-        energy_lb = make_objective("energy", self.cost_model, self.hardware).rest_floor(
-            every, traffic
-        )
-        latency_lb = make_objective("latency", self.cost_model, self.hardware).rest_floor(
-            every, traffic
-        )
+        cm, hw, traffic = self.cost_model, self.hardware, self.metrics.lower_bound_bytes
+        energy_lb = static_floor(make_objective("energy", cm, hw, model), traffic)
+        latency_lb = static_floor(make_objective("latency", cm, hw, model), traffic)
         found = self.result.objective_bound if self.result is not None else None
         if found is not None and found.objective == "energy":
             energy_lb = max(energy_lb, found.lower_bound)
@@ -250,7 +259,10 @@ class Plan:
         """The energy another tool's own model reports for this plan (the optimus profile:
         Optimus's), or None."""
         tool = self.cost_model.tool_energy()
-        return None if tool is None else sum(tool.energy(g) for g in self.groups) / 1e6
+        if tool is None:
+            return None
+        total = sum(tool.energy(g) for g in self.groups) / 1e6
+        return total if math.isfinite(total) else None  # a group Optimus cannot schedule
 
     # -- serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -331,7 +343,8 @@ class Plan:
                     raise PlanError(f"plan names node '{name}', which model '{graph.name}' lacks")
                 mask |= 1 << index[name]
             groups.append(mask)
-        return Plan(graph, cost_model, groups, saved_info=data.get("search") or {})
+        return Plan(graph, cost_model, groups, saved_info=data.get("search") or {},
+                    hardware=_hardware_of(data.get("hardware")))  # fmt: skip
 
     @staticmethod
     def from_json(graph: OpGraph, cost_model: CostModel, text: str) -> Plan:
