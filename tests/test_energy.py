@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
 
 from accel_model import Accelerator
+from accel_model.bounds import unfusable_nodes
 from accel_model.description import hardware_from, read_description
 from accel_model.energy import MetricsModel, _compute_counts, _OpShape, schedule_metrics
 from accel_model.hardware import Hardware, sram_pj_per_byte
@@ -19,7 +21,9 @@ from accel_model.objectives import make_objective
 from accel_model.registry import cost_model_class
 from accel_model.schedule import Compute, Schedule, Step, Transfer
 from accel_model.schedule_layer import _Layer
+from data.zoo import load_zoo_model
 from fusionplan.app.api import load
+from fusionplan.app.bench.optimus import optimus_accelerator
 from fusionplan.app.cli import cli
 from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.app.report import knee, mark
@@ -304,3 +308,42 @@ def test_cli_objective_front_and_sweep(tmp_path):
         cells = dict(zip(header, row.split(","), strict=True))
         assert float(cells["latency_ms"]) >= float(cells["latency_bound_ms"]) > 0
         assert float(cells["energy_uj"]) >= float(cells["energy_bound_uj"]) > 0
+
+
+# ------------------------------------------------------------------------ the optimus profile
+@pytest.mark.parametrize("buffer", ["128KB", "512KB"])
+def test_optimus_profile_energy_is_optimus_reported_energy(buffer):
+    """Under the optimus profile the energy objective is Optimus's reported energy: its
+    floor never passes it (every group of A*'s transitions out of the start, and the plan's),
+    and the energy optimum spends no more of it than the DRAM optimum."""
+    graph = load_zoo_model("optimus_squeezenet")
+    request = PlanRequest(search="exact", bound_effort=0.0).on(
+        optimus_accelerator("optimus_squeezenet", buffer)
+    )
+    by_dram = plan_graph(graph, request)
+    by_energy = plan_graph(graph, replace(request, objective="energy"))
+    cm = by_energy.cost_model
+    tool = cm.tool_energy()
+    assert by_energy.tool_energy_uj == pytest.approx(
+        sum(tool.energy(g) for g in by_energy.groups) / 1e6
+    )
+    assert by_energy.tool_energy_uj <= by_dram.tool_energy_uj
+    assert by_energy.result.objective_bound.optimal
+    assert by_energy.energy is None  # no schedules: no latency, no schedule-read energy
+    energy = make_objective("energy", cm)
+    solver = ExactSolver(cm, unfusable_nodes(cm))
+    start, _ = solver.start_state()
+    groups = [t[0] for t in solver.expand(start)] + list(by_dram.groups)
+    for group in groups:
+        assert energy.group_floor(group, cm.cost(group).dram) <= energy.group(group)
+
+
+def test_optimus_profile_refuses_what_needs_schedules():
+    request = PlanRequest(search="nsga2").on(optimus_accelerator("optimus_squeezenet", "128KB"))
+    for changed, message in (
+        ({"objective": "latency"}, "objective latency needs each group's schedule"),
+        ({"objective": "edp"}, "objective edp needs each group's schedule"),
+        ({"search_options": {"front": "dram-energy-latency"}}, "--front dram-energy-latency"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            replace(request, **changed).check()
