@@ -86,35 +86,22 @@ class _OpShape:
         lo, hi = input_channels(graph, v, 0, (0, 1)) if node.inputs else (0, 1)
         self.reduced = max(hi - lo, 1)
         self.weighted = node.weights > 0
-        self._channels: dict[tuple[Range, Range], Fraction] = {}
-        self._rows: dict[tuple[Range, Range], Fraction] = {}
+        self._shares: dict[tuple[str, Range, Range], Fraction] = {}
 
-    def channel_share(self, channels: Range, part: Range) -> Fraction:
-        """Sum over the output ``channels`` of the share of the input channels each reads
-        (its group's, for a grouped conv) that the pass over ``part`` covers."""
-        key = (channels, part)
-        hit = self._channels.get(key)
+    def share(self, axis: str, outputs: Range, part: Range) -> Fraction:
+        """Sum over the output channels (``axis`` "channels") or rows ("rows") ``outputs``
+        of the share of what each reads (its group's input channels; its input window,
+        clipped to the input) that a pass over input channels or rows ``part`` covers."""
+        key = (axis, outputs, part)
+        hit = self._shares.get(key)
         if hit is None:
+            window = input_channels if axis == "channels" else input_rows
             hit = Fraction(0)
-            for co in range(*channels):
-                lo, hi = input_channels(self.graph, self.v, 0, (co, co + 1))
+            for o in range(*outputs):
+                lo, hi = window(self.graph, self.v, 0, (o, o + 1))
                 if hi > lo:
                     hit += Fraction(_overlap((lo, hi), part), hi - lo)
-            self._channels[key] = hit
-        return hit
-
-    def row_share(self, rows: Range, part: Range) -> Fraction:
-        """Sum over the output ``rows`` of the share of each one's input window (the rows
-        it reads, clipped to the input) that the pass over input rows ``part`` covers."""
-        key = (rows, part)
-        hit = self._rows.get(key)
-        if hit is None:
-            hit = Fraction(0)
-            for r in range(*rows):
-                lo, hi = input_rows(self.graph, self.v, 0, (r, r + 1))
-                if hi > lo:
-                    hit += Fraction(_overlap((lo, hi), part), hi - lo)
-            self._rows[key] = hit
+            self._shares[key] = hit
         return hit
 
 
@@ -124,7 +111,7 @@ def _overlap(a: Range, b: Range) -> int:
 
 def _compute_counts(a: Compute, op: _OpShape, hw: Hardware) -> tuple[int, int, int]:
     """(MACs, PE-array cycles, buffer elements touched) of one compute action. A partial
-    pass does its share of its outputs' MACs (``channel_share``, ``row_share``): the passes
+    pass does its share of its outputs' MACs (:meth:`_OpShape.share`): the passes
     that complete an output add up to its MACs."""
     rows = a.rows[1] - a.rows[0]
     chans = a.channels[1] - a.channels[0]
@@ -137,11 +124,11 @@ def _compute_counts(a: Compute, op: _OpShape, hw: Hardware) -> tuple[int, int, i
     else:
         share = Fraction(op.macs * cols, op.size)
         if a.in_channels is not None:  # a pass over a slice of the input channels
-            share *= op.channel_share(a.channels, a.in_channels)
+            share *= op.share("channels", a.channels, a.in_channels)
             reduced = max(min(a.in_channels[1] - a.in_channels[0], reduced), 1)
         else:
             share *= chans
-        share *= op.row_share(a.rows, a.in_rows) if a.in_rows is not None else rows
+        share *= op.share("rows", a.rows, a.in_rows) if a.in_rows is not None else rows
         macs = math.ceil(share)
     if not macs:
         return 0, 0, n_out

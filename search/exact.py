@@ -298,6 +298,19 @@ class ExactSolver:
         new state bounded (that is where the time goes)."""
         return self._units + self.cm.stats.work - self._cost_work0
 
+    def steps_to(
+        self, state: Group, start: Group, parent: dict[Group, tuple[Group, Group, Group]]
+    ) -> list[Group]:
+        """The groups (absorbed atoms included) of the path A* recorded in ``parent``
+        (state -> (previous state, group, atoms absorbed)) from ``start`` to ``state``."""
+        steps: list[Group] = []
+        while state != start:
+            prev, group, absorbed = parent[state]
+            steps.extend(reversed(self.atoms_in(absorbed)))
+            steps.append(group)
+            state = prev
+        return steps[::-1]
+
     def charge(self, units: int) -> None:
         """Count ``units`` of work done outside the enumeration (a schedule built to price
         a group under another objective, :func:`solve_objective`)."""
@@ -533,13 +546,7 @@ def solve(
     interrupted_f: int | None = None
 
     def path_to(state: Group) -> list[Group]:
-        steps: list[Group] = []
-        while state != start:
-            prev, group, absorbed = parent[state]
-            steps.extend(reversed(solver.atoms_in(absorbed)))
-            steps.append(group)
-            state = prev
-        return start_path + steps[::-1]
+        return start_path + solver.steps_to(state, start, parent)
 
     try:
         while heap:
@@ -676,13 +683,7 @@ def solve_objective(
     seq = 0
 
     def path_to(state: Group) -> list[Group]:
-        steps: list[Group] = []
-        while state != start:
-            prev, group, absorbed = parent[state]
-            steps.extend(reversed(solver.atoms_in(absorbed)))
-            steps.append(group)
-            state = prev
-        return start_path + steps[::-1]
+        return start_path + solver.steps_to(state, start, parent)
 
     def push(f: int, state: Group, g: int, pending: tuple[Group, Group, Group] | None) -> None:
         nonlocal seq

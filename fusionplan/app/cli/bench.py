@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -581,17 +583,22 @@ def bench_determinism(
     click.echo(f"wrote {report}: {same} of {len(rows)} cells identical in every round")
 
 
+def optimus_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that say where Optimus's code is and what runs it."""
+    command = click.option(
+        "--optimus-python",
+        help="The interpreter that runs Optimus (needs numpy, scipy); default "
+        "$FUSIONPLAN_OPTIMUS_PYTHON, else this one.",
+    )(command)
+    return click.option(
+        "--optimus-dir",
+        type=click.Path(file_okay=False),
+        help="An Optimus checkout (github SheaCai/optimus); default $FUSIONPLAN_OPTIMUS_DIR.",
+    )(command)
+
+
 @bench_group.command("optimus")
-@click.option(
-    "--optimus-dir",
-    type=click.Path(file_okay=False),
-    help="An Optimus checkout (github SheaCai/optimus); default $FUSIONPLAN_OPTIMUS_DIR.",
-)
-@click.option(
-    "--optimus-python",
-    help="The interpreter that runs Optimus (needs numpy, scipy); default "
-    "$FUSIONPLAN_OPTIMUS_PYTHON, else this one.",
-)
+@optimus_options
 @click.option(
     "--exact-limit",
     type=float,
@@ -640,16 +647,7 @@ def bench_optimus(optimus_dir, optimus_python, exact_limit, report, data, quiet)
 
 
 @bench_group.command("optimus-energy")
-@click.option(
-    "--optimus-dir",
-    type=click.Path(file_okay=False),
-    help="An Optimus checkout (github SheaCai/optimus); default $FUSIONPLAN_OPTIMUS_DIR.",
-)
-@click.option(
-    "--optimus-python",
-    help="The interpreter that runs Optimus (needs numpy, scipy); default "
-    "$FUSIONPLAN_OPTIMUS_PYTHON, else this one.",
-)
+@optimus_options
 @click.option(
     "--exact-limit",
     type=float,
