@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from accel_model.channels import ChannelRole, channel_role
 from accel_model.hardware import Hardware
 from accel_model.schedule import Compute, Range, Schedule, Transfer, build_schedule
 from accel_model.windows import input_channels, input_rows
@@ -85,6 +86,14 @@ class _OpShape:
         self.macs, self.size = node.macs, max(size, 1)
         lo, hi = input_channels(graph, v, 0, (0, 1)) if node.inputs else (0, 1)
         self.reduced = max(hi - lo, 1)
+        # (output, input) channels per group of a channel-mixing op (input_channels' rule),
+        # None for any other op
+        c_in = graph.tensors[node.inputs[0]].shape[0] if node.inputs else 0
+        g, c_out = max(node.groups, 1), self.out[0]
+        mixing = node.inputs and channel_role(graph, v) == ChannelRole.MIXING
+        if mixing and (g == 1 or c_out % g or c_in % g):
+            g = 1
+        self.groups = (c_out // g, c_in // g) if mixing and c_out and c_in else None
         self.weighted = node.weights > 0
         self._shares: dict[tuple[str, Range, Range], Fraction] = {}
 
@@ -95,14 +104,30 @@ class _OpShape:
         key = (axis, outputs, part)
         hit = self._shares.get(key)
         if hit is None:
-            window = input_channels if axis == "channels" else input_rows
-            hit = Fraction(0)
-            for o in range(*outputs):
-                lo, hi = window(self.graph, self.v, 0, (o, o + 1))
-                if hi > lo:
-                    hit += Fraction(_overlap((lo, hi), part), hi - lo)
+            if axis == "channels" and self.groups:
+                hit = self._grouped_share(outputs, part)
+            else:
+                window = input_channels if axis == "channels" else input_rows
+                hit = Fraction(0)
+                for o in range(*outputs):
+                    lo, hi = window(self.graph, self.v, 0, (o, o + 1))
+                    if hi > lo:
+                        hit += Fraction(_overlap((lo, hi), part), hi - lo)
             self._shares[key] = hit
         return hit
+
+    def _grouped_share(self, outputs: Range, part: Range) -> Fraction:
+        """:meth:`share` over channels for a channel-mixing op, group by group (each output
+        channel of group q reads input channels q * per_in .. (q + 1) * per_in), instead
+        of channel by channel: the same sum."""
+        per_out, per_in = self.groups
+        a, b = outputs
+        total = Fraction(0)
+        for q in range(a // per_out, (b - 1) // per_out + 1):
+            count = min(b, (q + 1) * per_out) - max(a, q * per_out)
+            covered = _overlap((q * per_in, (q + 1) * per_in), part)
+            total += Fraction(count * covered, per_in)
+        return total
 
 
 def _overlap(a: Range, b: Range) -> int:
