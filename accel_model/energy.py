@@ -94,6 +94,11 @@ class _OpShape:
         if mixing and (g == 1 or c_out % g or c_in % g):
             g = 1
         self.groups = (c_out // g, c_in // g) if mixing and c_out and c_in else None
+        # every output channel reads the same inputs, so one buffer read of an input feeds
+        # all the output channels the array computes at once; a depthwise or grouped conv's
+        # output channels read inputs of their own (ZigZag's count of a depthwise layer
+        # showed the difference: docs/results.md, "Energy and latency")
+        self.shares_inputs = bool(mixing) and g == 1
         self.weighted = node.weights > 0
         self._shares: dict[tuple[str, Range, Range], Fraction] = {}
 
@@ -161,14 +166,16 @@ def _compute_counts(a: Compute, op: _OpShape, hw: Hardware) -> tuple[int, int, i
     if hw.dataflow == "cout-ow":  # rows: output channels, columns: output columns
         passes = -(-chans // r) * -(-cols // c)
         cycles = -(-macs * passes // (chans * cols))
-        inputs = -(-macs * -(-chans // r) // chans)  # one read feeds a column's channels
+        # one read feeds a column's channels, where they read the same input
+        inputs = -(-macs * -(-chans // r) // chans) if op.shares_inputs else macs
         weights = -(-macs * -(-cols // c) // cols) if op.weighted else 0
         outputs = n_out * (2 if partial else 1)  # a partial sum is read back and written
     else:  # cin-cout: rows reduce over input channels, columns: output channels
         folds = -(-reduced // r)
         passes = folds * -(-chans // c)
         cycles = -(-macs * passes // (reduced * chans))
-        inputs = -(-macs * -(-chans // c) // chans)  # one read feeds a row's channels
+        # one read feeds a row's output channels, where they read the same input
+        inputs = -(-macs * -(-chans // c) // chans) if op.shares_inputs else macs
         weights = -(-macs // (rows * cols)) if op.weighted else 0  # loaded once, then kept
         outputs = n_out * (2 * folds if partial or folds > 1 else 1)
     return macs, cycles, inputs + weights + outputs
@@ -178,9 +185,10 @@ def _operand_reads(macs: int, op: _OpShape, hw: Hardware) -> int:
     """Buffer elements ``macs`` MACs of ``op`` read at least: its inputs and weights at the
     array's full utilisation (the reuse :func:`_compute_counts` charges, at best)."""
     if hw.dataflow == "cout-ow":
-        return macs // hw.pe_rows + (macs // hw.pe_cols if op.weighted else 0)
+        inputs = macs // hw.pe_rows if op.shares_inputs else macs
+        return inputs + (macs // hw.pe_cols if op.weighted else 0)
     weights = macs // (op.out[1] * op.out[2]) if op.weighted else 0
-    return macs // hw.pe_cols + weights
+    return (macs // hw.pe_cols if op.shares_inputs else macs) + weights
 
 
 def buffer_floor_elements(graph: OpGraph, v: int, hw: Hardware) -> int:
