@@ -225,7 +225,6 @@ def zigzag_figures(
     """ZigZag's figures for conv ``v``: its least-energy mapping on ``hw`` (module docstring)."""
     # zigzag-dse is an optional extra (the ``zigzag`` dependency group), imported only here
     from zigzag.api import get_hardware_performance_zigzag
-    from zigzag.datatypes import MemoryOperand
 
     logging.getLogger("zigzag").setLevel(logging.ERROR)  # its stages log every mapping
     accelerator = zigzag_accelerator(hw, buffer_bytes)
@@ -247,14 +246,14 @@ def zigzag_figures(
     for layer_op, per_level in cme.mem_energy_breakdown.items():
         mem_op = cme.memory_operand_links.layer_to_mem_op(layer_op)
         for level, pj in enumerate(per_level):
-            energy[cme.accelerator.get_memory_level(MemoryOperand(str(mem_op)), level).name] += pj
+            energy[cme.accelerator.get_memory_level(mem_op, level).name] += pj
     per_byte = hw.buffer_energy(buffer_bytes)
     return LayerFigures(
         macs=int(cme.layer.total_mac_count),
         dram_bytes=energy["dram"] / hw.dram_pj_per_byte if hw.dram_pj_per_byte else math.nan,
         buffer_bytes=energy["buffer"] / per_byte if per_byte else math.nan,
         dram_pj=energy["dram"],
-        buffer_pj=energy["buffer"] + energy["o_reg"],
+        buffer_pj=energy["buffer"],  # the output registers cost 0 pJ, as in fusionplan
         mac_pj=cme.mac_energy,
         latency_cycles=cme.latency_total2,
     )
@@ -295,8 +294,9 @@ def markdown(rows: list[Row], buffer: str = BUFFER, hw: Hardware | None = None) 
     fusionplan)."""
     hw = hw or Hardware()
     head = (
-        f"Single conv layers, {buffer} buffer, 16-bit, batch 1, on {hw.describe()} "
-        "(fusionplan's default hardware); each cell is ZigZag / fusionplan (ratio).\n\n"
+        f"Single conv layers, {buffer} buffer, 16-bit, batch 1, on {hw.describe()}"
+        + (" (fusionplan's default hardware)" if hw == Hardware() else "")
+        + "; each cell is ZigZag / fusionplan (ratio).\n\n"
         "| layer | MACs | DRAM KB | buffer KB | energy uJ | DRAM uJ | buffer uJ | MAC uJ "
         "| latency k cycles |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     )
