@@ -41,10 +41,12 @@ HEAVY = frozenset(
         "onnxruntime",
         "ray",
         "matplotlib",
+        "zigzag",
     }
 )
 """Libraries that may be imported inside a function: each costs 0.5-7 s to import or is an
-optional extra, and most commands never need it (matplotlib: 1.1 s, only for plots)."""
+optional extra, and most commands never need it (matplotlib: 1.1 s, only for plots; zigzag:
+the optional ``zigzag`` extra, only for ``bench zigzag``)."""
 CLI = "fusionplan.app.cli"
 """A CLI command may import the module of its body inside the command (with a reason), so
 that ``fusionplan GROUP --help`` or a bad option answers without loading torch; the import

@@ -44,6 +44,8 @@ from fusionplan.app.bench.substitution import markdown as substitution_markdown
 from fusionplan.app.bench.substitution import run_bench as run_substitution_bench
 from fusionplan.app.bench.substitution import write_markdown as write_substitution_markdown
 from fusionplan.app.bench.sweeps import sweep_model
+from fusionplan.app.bench.zigzag import markdown as zigzag_markdown
+from fusionplan.app.bench.zigzag import run_zigzag_bench, zigzag_imports
 from fusionplan.app.cli.common import (
     EngineOptions,
     OutputPath,
@@ -693,6 +695,25 @@ def bench_optimus_energy(optimus_dir, optimus_python, exact_limit, networks, rep
             command=command or "fusionplan bench optimus-energy", progress=bar,
         )  # fmt: skip
     click.echo(f"wrote {report}")
+
+
+@bench_group.command("zigzag")
+@click.option("--lpf-limit", type=click.IntRange(min=1), default=6, show_default=True,
+              help="ZigZag's LOMA loop prime factors (more: more temporal mappings).")  # fmt: skip
+@click.option("--out", type=OutputPath(), help="Write the markdown table here too.")
+def bench_zigzag(lpf_limit, out) -> None:
+    """Single conv layers priced by ZigZag (zigzag-dse, the ``zigzag`` extra) and by
+    fusionplan on the same accelerator and buffer: MACs, DRAM, energy and its parts,
+    latency, side by side. Skips (exit 0) where ZigZag does not import."""
+    if not zigzag_imports():
+        click.echo(
+            "bench zigzag: skipped, ZigZag does not import (pip install 'fusionplan[zigzag]')"
+        )
+        return
+    table = zigzag_markdown(run_zigzag_bench(lpf_limit=lpf_limit))
+    click.echo(table)
+    if out:
+        Path(out).write_text(table + "\n")
 
 
 @bench_group.command("fidelity")
