@@ -159,7 +159,8 @@ class AutoSearch:
         """Energy, latency or EDP: exactly the DRAM run above (its plan is the first
         incumbent, so the answer never scores worse than the DRAM plan), then A* under the
         objective on as much work again (EDP: under energy and under latency, half each,
-        the best product kept; its bound is the product of their bounds)."""
+        the best product kept; its bound is the product of their bounds), then, unless A*
+        proved its plan, a local search under the objective from every plan found."""
         cfg = self.config
         t0 = time.perf_counter()
         end = clock_end(cfg.time_limit_s, t0)
@@ -181,8 +182,11 @@ class AutoSearch:
             bounds.append(objective_optimum(sub, sub_rec, max(work // len(parts), 1), end))
             assert sub_rec.best is not None
             found.append(sub_rec.best.groups)
-        if (not objective.additive or not tractable) and cfg.ls_budget:
-            # a product of optima is not the optimum of the product; without A*, local moves
+        proven = all(b is not None and b.optimal for b in bounds)
+        if (not objective.additive or not proven) and cfg.ls_budget:
+            # a product of optima is not the optimum of the product, and where A* did not
+            # prove its plan (or could not run) local moves under the objective find better:
+            # EfficientNet-B0 BRR 512 KB, 6.78 -> 2.05 mJ in 1,806 plans
             polish = FusionProblem(cm, problem.splitter, cfg.scout_plans(len(cm.graph)),
                                    objective=objective, warm_start=list(found))  # fmt: skip
             found.append(LocalSearch().run(polish, seed).best.groups)

@@ -7,13 +7,19 @@ import functools
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from accel_model import Accelerator
 from accel_model.bounds import unfusable_nodes
-from accel_model.description import hardware_from, read_description
+from accel_model.description import (
+    hardware_from,
+    load_accelerator,
+    load_hardware,
+    read_description,
+)
 from accel_model.energy import MetricsModel, _compute_counts, _OpShape, schedule_metrics
 from accel_model.hardware import Hardware, sram_pj_per_byte
 from accel_model.layer import loop_orders
@@ -234,6 +240,15 @@ def test_description_hardware(tmp_path):
     assert (hw.pe_rows, hw.pe_cols, hw.dataflow, hw.clock_mhz) == (16, 8, "cin-cout", 800)
     assert (hw.dram_pj_per_byte, hw.mac_pj, hw.double_buffering) == (40, 0.2, False)
     assert hw.dram_gb_per_s == Hardware().dram_gb_per_s  # the defaults where it says nothing
+
+
+def test_example_designs():
+    """The Optimus-like example writes out the defaults; the edge NPU is its own design."""
+    examples = Path(__file__).resolve().parent.parent / "docs" / "examples"
+    assert load_hardware(examples / "optimus-like-npu.yaml") == Hardware()
+    edge = load_hardware(examples / "edge-npu.toml")
+    assert (edge.pe_rows, edge.pe_cols, edge.dataflow, edge.clock_mhz) == (16, 16, "cin-cout", 800)
+    assert load_accelerator(examples / "edge-npu.toml").pe_unroll == edge.pe_cols
 
 
 @pytest.mark.parametrize(

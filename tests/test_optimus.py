@@ -248,7 +248,8 @@ def test_yaml_and_toml_descriptions(tmp_path):
     acc = load_accelerator(toml)
     assert (acc.buffer_bytes, acc.pe_unroll, acc.in_place) == (65536, 8, False)
     assert load_accelerator(toml, "1MB").buffer_bytes == 1 << 20  # an explicit buffer wins
-    assert load_accelerator(EXAMPLES / "edge-npu.toml").describe() == "256KB buffer, BRR, 1 B/elem"
+    edge = load_accelerator(EXAMPLES / "edge-npu.toml")
+    assert edge.describe() == "256KB buffer, BRR, 1 B/elem, pe_unroll 16"
 
 
 @pytest.mark.parametrize(
