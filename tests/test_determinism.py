@@ -31,13 +31,14 @@ def _request(scheme: str = "brr", **kw) -> PlanRequest:
     return PlanRequest(buffer=buffer, scheme=scheme, effort=EFFORT, **kw)
 
 
-def _digest_in_subprocess(hash_seed: int) -> str:
+def _digest_in_subprocess(hash_seed: int, objective: str = "dram") -> str:
     code = (
         "from tests.random_dags import random_dag\n"
         "from tests.test_determinism import _request, GRAPH_SEED, OPS\n"
         "from fusionplan.app.pipeline import plan_graph\n"
         "from fusionplan.app.bench.determinism import plan_digest\n"
-        "print(plan_digest(plan_graph(random_dag(GRAPH_SEED, n_nodes=OPS), _request())))\n"
+        "graph = random_dag(GRAPH_SEED, n_nodes=OPS)\n"
+        f"print(plan_digest(plan_graph(graph, _request(objective={objective!r}))))\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": str(hash_seed), "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True,
@@ -63,6 +64,16 @@ def test_same_plan_under_a_cpu_hog_and_other_hash_seeds():
     assert _digest_in_subprocess(1) == here
     with cpu_hog(2):
         assert _digest_in_subprocess(2) == here
+
+
+@pytest.mark.slow
+def test_energy_plans_are_the_same_bytes_under_other_hash_seeds():
+    """Energy and latency come from schedules, fractions and integer femtojoules: the
+    energy-objective plan (its energy, latency and bounds in the JSON) is the same bytes in a
+    fresh process with another hash seed."""
+    plan = plan_graph(random_dag(GRAPH_SEED, n_nodes=OPS), _request(objective="energy"))
+    assert json.loads(plan.to_json())["energy"]["energy_uj"] > 0
+    assert _digest_in_subprocess(3, "energy") == plan_digest(plan)
 
 
 def test_five_runs_in_a_row_give_the_same_bytes():
