@@ -13,7 +13,7 @@ its steps and its energy the accesses times their energies plus leakage over tha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -52,25 +52,10 @@ class GroupMetrics:
 
     def __add__(self, other: GroupMetrics) -> GroupMetrics:
         """Two groups run one after the other."""
-        return GroupMetrics(*(a + b for a, b in zip(_fields(self), _fields(other), strict=True)))
+        return GroupMetrics(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 ZERO = GroupMetrics(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-
-
-def _fields(m: GroupMetrics) -> tuple[int, ...]:
-    return (
-        m.macs,
-        m.dram_bytes,
-        m.buffer_bytes,
-        m.compute_cycles,
-        m.transfer_cycles,
-        m.latency_cycles,
-        m.dram_fj,
-        m.buffer_fj,
-        m.mac_fj,
-        m.leakage_fj,
-    )
 
 
 class _OpShape:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
 
 from accel_model.energy import (
@@ -49,15 +50,22 @@ class Objective(ABC):
     ) -> None:
         self.cm, self.hw = cost_model, hardware
         self.metrics = metrics or MetricsModel(cost_model, hardware)
-        graph = cost_model.graph
-        self.macs = tuple(n.macs for n in graph.nodes)
-        # buffer bytes every schedule touches per op (none for an op that may run free)
-        free = cost_model.free_alone
-        self.touch = tuple(
-            0 if free >> v & 1 else cost_model.b * buffer_floor_elements(graph, v, hardware)
+        self.work = 0  # units spent on schedules (counted by the searches' budgets)
+
+    @cached_property
+    def macs(self) -> tuple[int, ...]:
+        return tuple(n.macs for n in self.cm.graph.nodes)
+
+    @cached_property
+    def touch(self) -> tuple[int, ...]:
+        """Buffer bytes every schedule touches per op (none for an op that may run free);
+        built when a floor is first asked for, not for every problem a search makes."""
+        cm, graph = self.cm, self.cm.graph
+        free = cm.free_alone
+        return tuple(
+            0 if free >> v & 1 else cm.b * buffer_floor_elements(graph, v, self.hw)
             for v in range(len(graph))
         )
-        self.work = 0  # units spent on schedules (counted by the searches' budgets)
 
     def group(self, group: Group) -> int:
         """The group's score (additive objectives)."""

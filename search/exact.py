@@ -648,9 +648,13 @@ def solve_objective(
     solver.clock_end = limits.clock_end
     solver.stopped_by = None
     every = solver.all
+    floors: dict[Group, int] = {}  # the heuristic per state (it walks every op left)
 
     def h(done: Group) -> int:
-        return objective.rest_floor(every & ~done, solver.h(done))
+        hit = floors.get(done)
+        if hit is None:
+            hit = floors[done] = objective.rest_floor(every & ~done, solver.h(done))
+        return hit
 
     def exact(group: Group, absorbed: Group) -> int:
         nonlocal charged

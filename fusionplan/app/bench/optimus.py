@@ -62,10 +62,15 @@ def optimus_accelerator(network: str, buffer: str, without: Sequence[str] = ()) 
     return Accelerator.of(buffer, "brr", BYTES, profile="optimus", conventions=conventions)
 
 
-def solve(graph: OpGraph, accel: Accelerator, limit_s: float) -> tuple[Plan, float]:
-    """fusionplan's exact optimum of ``graph`` on ``accel`` and the seconds it took."""
+def solve(
+    graph: OpGraph, accel: Accelerator, limit_s: float, objective: str = "dram"
+) -> tuple[Plan, float]:
+    """fusionplan's exact optimum of ``graph`` on ``accel`` under ``objective`` and the
+    seconds it took."""
     options = {"effort": effort_for_seconds(limit_s, EXACT_UNITS)}
-    request = PlanRequest(search="exact", budget=1, bound_effort=0.0, search_options=options)
+    request = PlanRequest(
+        search="exact", objective=objective, budget=1, bound_effort=0.0, search_options=options
+    )
     start = time.perf_counter()
     plan = plan_graph(graph, request.on(accel))
     return plan, time.perf_counter() - start

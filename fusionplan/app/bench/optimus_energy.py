@@ -12,31 +12,17 @@ Optimus's reported energy of a partition of the same network on the same archite
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from data.zoo import load_zoo_model
 from fusionplan.app.bench.certified import publish_section
-from fusionplan.app.bench.optimus import BUFFERS, NETWORKS, groups_of, optimus_accelerator
+from fusionplan.app.bench.optimus import BUFFERS, NETWORKS, groups_of, optimus_accelerator, solve
 from fusionplan.app.bench.optimus_oracle import BUFFER_KB, OptimusRunner, layer_of_ops
-from fusionplan.app.pipeline import PlanRequest, plan_graph
-from search.effort import EXACT_UNITS, effort_for_seconds
 
 BEGIN = "<!-- fusionplan bench optimus-energy: begin (generated; edit outside these markers) -->"
 END = "<!-- fusionplan bench optimus-energy: end -->"
-
-
-def energy_plan(graph, network: str, buffer: str, limit_s: float):
-    """fusionplan's energy-optimal plan of the optimus profile and the seconds it took."""
-    options = {"effort": effort_for_seconds(limit_s, EXACT_UNITS)}
-    request = PlanRequest(
-        search="exact", objective="energy", budget=1, bound_effort=0.0, search_options=options
-    ).on(optimus_accelerator(network, buffer))
-    start = time.perf_counter()
-    plan = plan_graph(graph, request)
-    return plan, time.perf_counter() - start
 
 
 def run_optimus_energy_bench(
@@ -53,7 +39,7 @@ def run_optimus_energy_bench(
         graph = load_zoo_model(network)
         names = layer_of_ops(graph, network)
         for buffer in BUFFERS:
-            plan, seconds = energy_plan(graph, network, buffer, limit_s)
+            plan, seconds = solve(graph, optimus_accelerator(network, buffer), limit_s, "energy")
             kb = BUFFER_KB[buffer]
             optimum, priced = runner.run([
                 {"kind": "optimum", "net": network, "buffer_kb": kb, "objective": "energy"},
