@@ -17,7 +17,7 @@ _PUBLIC = {
     "plan": "fusionplan.app.api",
     "sweep": "fusionplan.app.api",
     "load": "fusionplan.app.api",
-    "batch": "fusionplan.passes.batching.pipeline",
+    "batch": "fusionplan.batching.pipeline",
     "substitute": "fusionplan.app.api",
     "schedule_streams": "fusionplan.app.api",
     "PlanRequest": "fusionplan.app.pipeline",

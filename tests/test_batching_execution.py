@@ -8,18 +8,15 @@ import pytest
 import torch
 
 from fusionplan.app.bench.batching import markdown, run_bench
-from fusionplan.ir import timing
-from fusionplan.ir.errors import ConfigError
-from fusionplan.ir.timing import time_interleaved
-from fusionplan.passes.batching.cells import build_cells
-from fusionplan.passes.batching.executor import (
+from fusionplan.batching.cells import build_cells
+from fusionplan.batching.executor import (
     compile_program,
     node_outputs,
     run_program,
     run_unbatched,
 )
-from fusionplan.passes.batching.graph import DataflowGraph, Node
-from fusionplan.passes.batching.layout import (
+from fusionplan.batching.graph import DataflowGraph, Node
+from fusionplan.batching.layout import (
     FLOAT_BYTES,
     copy_stats,
     is_view,
@@ -28,9 +25,12 @@ from fusionplan.passes.batching.layout import (
     pq_layout,
     slot_rows,
 )
-from fusionplan.passes.batching.pipeline import BatchingRequest, run_batching
-from fusionplan.passes.batching.policies import AgendaPolicy, DepthPolicy
-from fusionplan.passes.batching.workloads import WORKLOADS, Sentence, get_workload
+from fusionplan.batching.pipeline import BatchingRequest, run_batching
+from fusionplan.batching.policies import AgendaPolicy, DepthPolicy
+from fusionplan.batching.workloads import WORKLOADS, Sentence, get_workload
+from fusionplan.ir import timing
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.timing import time_interleaved
 
 HIDDEN = 8
 

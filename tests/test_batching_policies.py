@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fusionplan.batching.bounds import lower_bound, optimal_batches, type_path_counts
+from fusionplan.batching.frontier import Frontier
+from fusionplan.batching.fsm import FSMPolicy, QLearningConfig, QTable, train_fsm
+from fusionplan.batching.graph import DataflowGraph, Node, check_schedule
+from fusionplan.batching.policies import AgendaPolicy, DepthPolicy
+from fusionplan.batching.workloads import get_workload
 from fusionplan.ir.errors import ConfigError
-from fusionplan.passes.batching.bounds import lower_bound, optimal_batches, type_path_counts
-from fusionplan.passes.batching.frontier import Frontier
-from fusionplan.passes.batching.fsm import FSMPolicy, QLearningConfig, QTable, train_fsm
-from fusionplan.passes.batching.graph import DataflowGraph, Node, check_schedule
-from fusionplan.passes.batching.policies import AgendaPolicy, DepthPolicy
-from fusionplan.passes.batching.workloads import get_workload
 
 
 def chains(lengths: list[int]) -> DataflowGraph:

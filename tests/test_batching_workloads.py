@@ -1,4 +1,4 @@
-"""The dynamic workloads and their cells (fusionplan.passes.batching.workloads / .cells).
+"""The dynamic workloads and their cells (fusionplan.batching.workloads / .cells).
 
 The graphs are checked by hand on tiny explicit inputs, and statistically on generated ones
 (length moments, the 2-type split, the word-link rate); the cells by shape, by agreement
@@ -15,10 +15,9 @@ from collections import defaultdict
 import pytest
 import torch
 
-from fusionplan.ir.errors import ConfigError
-from fusionplan.passes.batching.cells import build_cells
-from fusionplan.passes.batching.graph import DataflowGraph, Node
-from fusionplan.passes.batching.workloads import (
+from fusionplan.batching.cells import build_cells
+from fusionplan.batching.graph import DataflowGraph, Node
+from fusionplan.batching.workloads import (
     CLASSES,
     VOCAB,
     WORKLOADS,
@@ -28,6 +27,7 @@ from fusionplan.passes.batching.workloads import (
     Word,
     get_workload,
 )
+from fusionplan.ir.errors import ConfigError
 
 NAMES = ["bilstm", "treelstm", "treegru", "treelstm2", "latticelstm", "latticegru"]
 H = 8  # hidden size for the cell tests

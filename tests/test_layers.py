@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("accel_model",),
     ("fusionplan.planning",),
     ("data",),
-    ("search", "explainers", "fusionplan.passes"),
+    ("search", "explainers", "fusionplan.passes", "fusionplan.batching"),
     ("fusionplan.app",),
 )
 FACADE = ("fusionplan", "fusionplan.__main__")  # the package front: reaches the app by name

@@ -1,4 +1,4 @@
-"""PQ-tree (fusionplan/passes/batching/pqtree.py) checked against brute force.
+"""PQ-tree (fusionplan/batching/pqtree.py) checked against brute force.
 
 Universes of up to 7 leaves are checked exhaustively: after every reduction the orders the
 tree admits must be exactly the permutations keeping every accepted subset consecutive, and a
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fusionplan.passes.batching.pqtree import PQTree, _Leaf, _PNode, _QNode
+from fusionplan.batching.pqtree import PQTree, _Leaf, _PNode, _QNode
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,9 +1,9 @@
 """Graph pre-passes that run before fusion planning (docs/design.md, "Plug points").
 
-A pass rewrites or annotates an ONNX model upstream of the planner: graph substitution,
-stream scheduling, dynamic batching (one subpackage each, ``substitution/``, ``streams/``,
-``batching/``). Each registers a factory in :data:`PASSES`; the planner and the CLI find
-passes by name there. Builtin passes register lazily: their modules load onnxruntime.
+A pass rewrites or annotates a model upstream of the planner: graph substitution and
+stream scheduling (one subpackage each, ``substitution/``, ``streams/``). Each registers a
+factory in :data:`PASSES`; the planner and the CLI find passes by name there.
+Builtin passes register lazily: their modules load onnxruntime.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fusionplan.batching.pipeline import BatchingRequest, BatchingResult, prepare_batching
 from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.ir.timing import time_interleaved
-from fusionplan.passes.batching.pipeline import BatchingRequest, BatchingResult, prepare_batching
 
 CONFIGS = (("depth", "naive"), ("agenda", "naive"), ("fsm", "naive"), ("fsm", "pq"))
 MAX_ERROR = 1e-4  # batched vs node-by-node outputs, float32 cells

@@ -7,10 +7,10 @@ import json
 import click
 
 from fusionplan.app.cli.common import console
-from fusionplan.passes.batching.fsm import DEFAULT_ENCODING, ENCODINGS
-from fusionplan.passes.batching.layout import LAYOUTS
-from fusionplan.passes.batching.policies import POLICIES
-from fusionplan.passes.batching.workloads import WORKLOADS
+from fusionplan.batching.fsm import DEFAULT_ENCODING, ENCODINGS
+from fusionplan.batching.layout import LAYOUTS
+from fusionplan.batching.policies import POLICIES
+from fusionplan.batching.workloads import WORKLOADS
 
 
 @click.command("batch")
@@ -53,7 +53,7 @@ def batch_cmd(
     """Batch WORKLOAD's dataflow graph with a policy (ED-Batch's FSM, DyNet's agenda, TF
     Fold's depth), plan memory, run it in PyTorch and report batches, copies, throughput."""
     # torch (seconds to import) loads only when a batch runs, not for --help or a bad option
-    from fusionplan.passes.batching.pipeline import BatchingRequest, run_batching
+    from fusionplan.batching.pipeline import BatchingRequest, run_batching
 
     request = BatchingRequest(
         workload,

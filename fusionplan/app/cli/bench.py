@@ -56,10 +56,10 @@ from fusionplan.app.cli.common import (
     scheme_option,
 )
 from fusionplan.app.pipeline import PlanRequest
+from fusionplan.batching.workloads import WORKLOADS, get_workload
 from fusionplan.engines.scaling import markdown as scaling_markdown
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path
-from fusionplan.passes.batching.workloads import WORKLOADS, get_workload
 from fusionplan.passes.substitution.search import SEARCHES as SUBSTITUTION_REGISTRY
 from fusionplan.planning.split import SPLITTERS
 

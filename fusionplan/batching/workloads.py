@@ -1,9 +1,9 @@
 """The dynamic workloads of ED-Batch (Chen et al., ICML 2023): chains, trees and lattices.
 
 Each workload turns a mini-batch of generated inputs (sentences, parse trees, character
-lattices) into one :class:`~fusionplan.passes.batching.graph.DataflowGraph`, the union of the
+lattices) into one :class:`~fusionplan.batching.graph.DataflowGraph`, the union of the
 inputs' graphs, and says what each node type computes (:class:`CellSpec`); the torch cells
-live in :mod:`fusionplan.passes.batching.cells` so that planning never imports torch.
+live in :mod:`fusionplan.batching.cells` so that planning never imports torch.
 
 The inputs are random but shaped like real data, because batching quality depends only on
 the *shape* of the graphs (lengths, tree balance, link density), never on token values:
@@ -39,9 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
+from fusionplan.batching.graph import DataflowGraph, Node
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.registry import Registry
-from fusionplan.passes.batching.graph import DataflowGraph, Node
 
 VOCAB = 1000
 """Token / word ids are drawn from ``range(VOCAB)``; every embedding table has this many rows."""

@@ -32,7 +32,7 @@ Measured: building a tree over 20,000 leaves and applying 2,000 reductions, each
 of 50 in a hidden random permutation, takes 0.16-0.33 s (CPython 3.11, a shared 2-core
 machine), with::
 
-    .venv/bin/python -c "import random, time; from fusionplan.passes.batching.pqtree import \\
+    .venv/bin/python -c "import random, time; from fusionplan.batching.pqtree import \\
     PQTree; r = random.Random(0); n = 20000; p = list(range(n)); r.shuffle(p); \\
     s = [p[a:a + 50] for a in (r.randrange(n - 50) for _ in range(2000))]; \\
     t = time.perf_counter(); q = PQTree(range(n)); ok = all(q.reduce(x) for x in s); \\

@@ -8,7 +8,7 @@ down-set still finishes from a larger one with no more batches (drop the members
 
 from __future__ import annotations
 
-from fusionplan.passes.batching.graph import Batch, DataflowGraph
+from fusionplan.batching.graph import Batch, DataflowGraph
 
 
 class Frontier:

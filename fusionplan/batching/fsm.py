@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fusionplan.batching.bounds import lower_bound
+from fusionplan.batching.frontier import Frontier
+from fusionplan.batching.graph import DataflowGraph
+from fusionplan.batching.policies import POLICIES, AgendaPolicy, FrontierPolicy
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import write_text_atomic
-from fusionplan.passes.batching.bounds import lower_bound
-from fusionplan.passes.batching.frontier import Frontier
-from fusionplan.passes.batching.graph import DataflowGraph
-from fusionplan.passes.batching.policies import POLICIES, AgendaPolicy, FrontierPolicy
 
 TABLE_FORMAT = 1
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fusionplan.passes.batching.graph import Batch, DataflowGraph
-from fusionplan.passes.batching.layout import MemoryLayout, is_view, member_order, slot_rows
+from fusionplan.batching.graph import Batch, DataflowGraph
+from fusionplan.batching.layout import MemoryLayout, is_view, member_order, slot_rows
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ batch-count lower bound), ``policies`` and ``fsm`` (depth, agenda, learned FSM),
 ``layout`` (memory planning), ``cells`` and ``executor`` (torch), ``pipeline`` (one run).
 """
 
-from fusionplan.passes.batching import fsm as _fsm  # noqa: F401  registers the "fsm" policy
-from fusionplan.passes.batching.policies import POLICIES
-from fusionplan.passes.batching.workloads import WORKLOADS
+from fusionplan.batching import fsm as _fsm  # noqa: F401  registers the "fsm" policy
+from fusionplan.batching.policies import POLICIES
+from fusionplan.batching.workloads import WORKLOADS
 
 __all__ = ["POLICIES", "WORKLOADS"]

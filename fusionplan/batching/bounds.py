@@ -8,8 +8,8 @@ is optimal, which is what lets the FSM's training stop early.
 
 from __future__ import annotations
 
-from fusionplan.passes.batching.frontier import Frontier
-from fusionplan.passes.batching.graph import DataflowGraph
+from fusionplan.batching.frontier import Frontier
+from fusionplan.batching.graph import DataflowGraph
 
 
 def type_path_counts(graph: DataflowGraph) -> dict[str, int]:

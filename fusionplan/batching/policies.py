@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from fusionplan.batching.frontier import Frontier
+from fusionplan.batching.graph import Batch, DataflowGraph
 from fusionplan.ir.registry import Registry
-from fusionplan.passes.batching.frontier import Frontier
-from fusionplan.passes.batching.graph import Batch, DataflowGraph
 
 
 class BatchingPolicy(Protocol):

@@ -15,27 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from data.zoo import cache_root
-from fusionplan.ir.errors import ConfigError
-from fusionplan.ir.timing import time_interleaved
-from fusionplan.passes.batching.bounds import lower_bound
-from fusionplan.passes.batching.cells import build_cells
-from fusionplan.passes.batching.executor import (
+from fusionplan.batching.bounds import lower_bound
+from fusionplan.batching.cells import build_cells
+from fusionplan.batching.executor import (
     compile_program,
     node_outputs,
     run_program,
     run_unbatched,
 )
-from fusionplan.passes.batching.fsm import (
+from fusionplan.batching.fsm import (
     DEFAULT_ENCODING,
     FSMPolicy,
     QLearningConfig,
     QTable,
     train_fsm,
 )
-from fusionplan.passes.batching.graph import check_schedule
-from fusionplan.passes.batching.layout import LAYOUTS, copy_stats
-from fusionplan.passes.batching.policies import POLICIES, BatchingPolicy
-from fusionplan.passes.batching.workloads import Workload, get_workload
+from fusionplan.batching.graph import check_schedule
+from fusionplan.batching.layout import LAYOUTS, copy_stats
+from fusionplan.batching.policies import POLICIES, BatchingPolicy
+from fusionplan.batching.workloads import Workload, get_workload
+from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.timing import time_interleaved
 
 TRAIN_BATCH = 32  # inputs per training mini-batch
 TRAIN_GRAPHS = 4  # mini-batches the FSM trains on

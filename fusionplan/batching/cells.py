@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fusionplan.batching.workloads import CellSpec, Workload, get_workload
 from fusionplan.ir.errors import ConfigError
-from fusionplan.passes.batching.workloads import CellSpec, Workload, get_workload
 
 
 class _Init:

@@ -26,8 +26,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fusionplan.passes.batching.graph import Batch, DataflowGraph
-from fusionplan.passes.batching.pqtree import PQTree
+from fusionplan.batching.graph import Batch, DataflowGraph
+from fusionplan.batching.pqtree import PQTree
 
 FLOAT_BYTES = 4  # float32 everywhere in the executor
 
