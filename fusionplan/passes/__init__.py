@@ -1,29 +1,20 @@
-"""Graph pre-passes that run before fusion planning (docs/design.md, "Plug points").
+"""Graph pre-passes that run before fusion planning (docs/design.md, "Pass pipeline").
 
-A pass rewrites or annotates a model upstream of the planner: graph substitution and
-stream scheduling (one subpackage each, ``substitution/``, ``streams/``). Each registers a
-factory in :data:`PASSES`; the planner and the CLI find passes by name there.
-Builtin passes register lazily: their modules load onnxruntime.
+A pass reads and writes the model IR upstream of the planner: graph substitution and
+stream scheduling (one subpackage each, ``substitution/``, ``streams/``). Each is a
+:class:`~fusionplan.passes.manager.ModelPass` registered in :data:`PASSES`; the planner,
+the API and the CLI find passes by name there and run them with
+:class:`~fusionplan.passes.manager.Sequential`. Builtin passes register lazily: their
+modules load onnxruntime.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
-
 from fusionplan.ir.registry import Registry
+from fusionplan.passes.manager import PassRegistry
 
-
-class Pass(Protocol):
-    """ONNX model in, ONNX model out, plus a JSON-friendly report of what changed."""
-
-    name: str
-
-    def run(self, model: Any) -> tuple[Any, dict[str, Any]]: ...
-
-
-PASSES: Registry[Callable[..., Pass]] = Registry("pass")
-"""Pass name -> ``factory(**options)``."""
+PASSES: PassRegistry = Registry("pass")
+"""Pass name -> its :class:`~fusionplan.passes.manager.ModelPass` subclass."""
 PASSES.register_lazy(
     "substitute",
     "fusionplan.passes.substitution.pipeline:SubstitutionPass",
@@ -32,5 +23,5 @@ PASSES.register_lazy(
 PASSES.register_lazy(
     "streams",
     "fusionplan.passes.streams.pipeline:StreamsPass",
-    help="assign ops to GPU streams (Nimble) and record the schedule in the model's metadata",
+    help="assign ops to GPU streams (Nimble); the schedule goes into the plan's report",
 )

@@ -11,7 +11,6 @@ beside it, and measured times with their numeric check.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -21,9 +20,18 @@ from typing import Any, Literal
 
 import onnx
 
-from accel_model.latency import LatencyModel, make_latency_model
+from accel_model.latency import LATENCY_MODELS, LatencyModel, make_latency_model
 from data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
+from fusionplan.passes.manager import (
+    STATIC_SHAPES,
+    STREAM_SCHEDULE,
+    ModelPass,
+    OptionError,
+    PassContext,
+    PassResult,
+    check_choice,
+)
 from fusionplan.passes.streams.assign import StreamAssignment, assign_streams
 from fusionplan.passes.streams.dag import OpDag
 from fusionplan.passes.streams.measure import (
@@ -42,7 +50,6 @@ from fusionplan.passes.substitution.graph import SubGraph, split_qualified
 
 Execute = Literal["cpu", "cuda"]
 EXECUTORS: tuple[Execute, ...] = ("cpu", "cuda")
-METADATA_KEY = "fusionplan.streams"
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,44 @@ class StreamsReport:
 
 
 @dataclass(frozen=True)
+class StreamSchedule:
+    """The ``streams`` pass's artifact (:data:`STREAM_SCHEDULE`): which ops run on which
+    stream, in issue order, the events between streams, and the makespan simulated on the
+    op-latency model against one stream; what a plan's report and JSON carry."""
+
+    device: str
+    streams: tuple[tuple[str, ...], ...]
+    events: tuple[tuple[str, str], ...]
+    makespan_s: float
+    sequential_s: float
+    bound_s: float
+    """No schedule on these streams finishes earlier (critical path, work / streams)."""
+
+    @property
+    def speedup(self) -> float:
+        return self.sequential_s / self.makespan_s if self.makespan_s else 1.0
+
+    def headline(self) -> str:
+        per_stream = "/".join(str(len(ops)) for ops in self.streams)
+        return (
+            f"{len(self.streams)} streams (ops per stream {per_stream}), {len(self.events)} "
+            f"events, makespan {self.makespan_s * 1e3:.3f} ms vs {self.sequential_s * 1e3:.3f} "
+            f"ms on one stream ({self.speedup:.2f}x) on {self.device.split(':')[0]}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "streams": [list(ops) for ops in self.streams],
+            "events": [list(e) for e in self.events],
+            "makespan_s": self.makespan_s,
+            "sequential_s": self.sequential_s,
+            "bound_s": self.bound_s,
+            "speedup": self.speedup,
+        }
+
+
+@dataclass(frozen=True)
 class StreamsResult:
     """The schedule of a (constant-folded) graph and what it costs."""
 
@@ -114,6 +159,18 @@ class StreamsResult:
 
     def summary(self) -> str:
         return self.report.summary()
+
+    def schedule(self) -> StreamSchedule:
+        """The schedule as later stages read it: node names per stream, events, makespan."""
+        names, sim = self.dag.names, self.simulation
+        return StreamSchedule(
+            device=self.report.device,
+            streams=tuple(tuple(names[v] for v in ops) for ops in self.assignment.streams),
+            events=tuple((names[u], names[v]) for u, v in self.assignment.events),
+            makespan_s=sim.makespan,
+            sequential_s=sim.sequential,
+            bound_s=sim.bound,
+        )
 
     def stream_map(self) -> dict[str, Any]:
         """Node name -> stream, and the events as node-name pairs (the pass's metadata)."""
@@ -151,24 +208,28 @@ class StreamsResult:
 
 
 def schedule_streams(
-    model: onnx.ModelProto | str | os.PathLike,
+    model: SubGraph | onnx.ModelProto | str | os.PathLike,
     request: StreamsRequest = StreamsRequest(),
     *,
     latency: LatencyModel | None = None,
     name: str | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> StreamsResult:
-    """Assign ``model``'s ops (a ModelProto, an ONNX path or a zoo name) to streams,
+    """Assign ``model``'s ops (the model IR, a ModelProto, an ONNX path or a zoo name) to streams,
     simulate the schedule on ``request.device``'s latency model and optionally run it.
     ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``)."""
     if request.execute is not None and request.execute not in EXECUTORS:
         raise ConfigError(f"unknown executor '{request.execute}' (choose cpu or cuda)")
     if request.execute == "cuda":
         _require_cuda()
-    if not isinstance(model, onnx.ModelProto):
-        name = name or Path(os.fspath(model)).stem
-        model = load_onnx(model_source(model))
-    graph = fold_constants(from_onnx(with_input_shapes(model, input_shapes), command="streams"))
+    if isinstance(model, SubGraph):
+        graph = fold_constants(model)
+    else:
+        if not isinstance(model, onnx.ModelProto):
+            name = name or Path(os.fspath(model)).stem
+            model = load_onnx(model_source(model))
+        model = with_input_shapes(model, input_shapes)
+        graph = fold_constants(from_onnx(model, command="streams"))
     if not len(graph):
         raise ModelError(f"{name or graph.name}: no ops to schedule")
     latency = latency or make_latency_model(request.device)
@@ -213,28 +274,32 @@ def _require_cuda() -> None:
         raise ConfigError("--execute cuda needs a CUDA GPU; none is available here")
 
 
-class StreamsPass:
-    """The ``streams`` pre-pass of :data:`fusionplan.passes.PASSES`: the model comes back
-    unchanged but for its stream schedule in the metadata (``fusionplan.streams``: node ->
-    stream, events), plus the report as JSON."""
+@dataclass(frozen=True)
+class StreamsOptions(StreamsRequest):
+    """The ``streams`` pass's options: :class:`StreamsRequest`'s fields, checked."""
+
+    def check(self) -> None:
+        check_choice(LATENCY_MODELS, "device", self.device)
+        if self.max_streams is not None and self.max_streams < 1:
+            raise OptionError("max_streams", f"must be at least 1, got {self.max_streams}")
+        for option in ("launch_s", "event_s"):
+            if getattr(self, option) < 0:
+                raise OptionError(option, f"must be >= 0, got {getattr(self, option)}")
+        if self.repeats < 1:
+            raise OptionError("repeats", f"must be at least 1, got {self.repeats}")
+
+
+class StreamsPass(ModelPass):
+    """The ``streams`` pre-pass: an analysis that leaves the graph as it is and provides
+    its :class:`StreamSchedule`, which the plan's report and JSON carry."""
 
     name = "streams"
+    Options = StreamsOptions
+    needs = frozenset({STATIC_SHAPES})
+    provides = frozenset({STREAM_SCHEDULE})
 
-    def __init__(self, **options: Any) -> None:
-        self.request = StreamsRequest(**options)
-
-    def run(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Any]]:
-        result = schedule_streams(model, self.request)
-        annotated = onnx.ModelProto()
-        annotated.CopyFrom(model)
-        kept = [p for p in annotated.metadata_props if p.key != METADATA_KEY]
-        del annotated.metadata_props[:]
-        annotated.metadata_props.extend(kept)
-        entry = annotated.metadata_props.add()
-        entry.key, entry.value = METADATA_KEY, json.dumps(result.stream_map())
-        r, sim = result.report, result.simulation
-        line = (
-            f"{r.streams} streams, {r.events} events, simulated {sim.makespan * 1e3:.3f} ms vs "
-            f"{sim.sequential * 1e3:.3f} ms on one stream ({sim.speedup:.2f}x)"
-        )
-        return annotated, {**r.to_json(), "summary": line}
+    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+        result = schedule_streams(graph, self.options)
+        schedule = result.schedule()
+        return PassResult(graph, False, result.report, schedule.headline(),
+                          {STREAM_SCHEDULE: schedule})  # fmt: skip

@@ -19,10 +19,18 @@ from typing import Any
 
 import onnx
 
-from accel_model.latency import LatencyModel, make_latency_model
+from accel_model.latency import LATENCY_MODELS, LatencyModel, make_latency_model
 from data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
 from fusionplan.ir.io import write_atomic
+from fusionplan.passes.manager import (
+    STATIC_SHAPES,
+    ModelPass,
+    OptionError,
+    PassContext,
+    PassResult,
+    check_choice,
+)
 from fusionplan.passes.streams.measure import stream_latency
 from fusionplan.passes.substitution.convert import (
     Equivalence,
@@ -37,7 +45,7 @@ from fusionplan.passes.substitution.cost import CostBreakdown, CostKind, GraphCo
 from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.guard import guard
 from fusionplan.passes.substitution.measure import ort_latencies, ort_latency
-from fusionplan.passes.substitution.rules import make_rules
+from fusionplan.passes.substitution.rules import RULES, make_rules
 from fusionplan.passes.substitution.search import SEARCHES, Problem, SearchResult
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
@@ -128,6 +136,7 @@ class SubstitutionResult:
 
     model: onnx.ModelProto
     report: SubstitutionReport
+    graph: SubGraph  # the rewritten graph in the model IR, before it was written to ONNX
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the rewritten model atomically."""
@@ -138,7 +147,7 @@ class SubstitutionResult:
 
 
 def substitute(
-    model: onnx.ModelProto | str | os.PathLike,
+    model: SubGraph | onnx.ModelProto | str | os.PathLike,
     request: SubstitutionRequest = SubstitutionRequest(),
     *,
     latency: LatencyModel | None = None,
@@ -146,10 +155,14 @@ def substitute(
     name: str | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> SubstitutionResult:
-    """Search ``model`` (a ModelProto, an ONNX path or a zoo name) for a cheaper equivalent
-    graph; the rewritten model (equivalence checked) and a report. ``input_shapes`` makes
-    symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``); the result keeps them."""
-    if not isinstance(model, onnx.ModelProto):
+    """Search ``model`` (the model IR, a ModelProto, an ONNX path or a zoo name) for a
+    cheaper equivalent graph; the rewritten model (equivalence checked) and a report.
+    ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``); the
+    result keeps them."""
+    graph = model if isinstance(model, SubGraph) else None
+    if graph is not None:
+        model = to_onnx(graph)  # what onnxruntime runs and the result is checked against
+    elif not isinstance(model, onnx.ModelProto):
         path = model_source(model)
         name = name or Path(os.fspath(model)).stem
         model = load_onnx(path)
@@ -158,7 +171,7 @@ def substitute(
     search = _make_search(request)
     latency = latency or make_latency_model(request.device)
     cost = GraphCost(latency, request.cost)
-    graph = from_onnx(model)
+    graph = graph or from_onnx(model)
     problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
     result = search.run(problem, graph)
     guarded, searched = None, result.best
@@ -185,7 +198,7 @@ def substitute(
                 "searched_cost": asdict(cost.breakdown(searched.graph)),
             },
         )
-    return SubstitutionResult(rewritten, report)
+    return SubstitutionResult(rewritten, report, result.best.graph)
 
 
 def _cpu_timer() -> Callable[[Sequence[SubGraph]], list[float]]:
@@ -197,23 +210,44 @@ def _cpu_timer() -> Callable[[Sequence[SubGraph]], list[float]]:
     return measure
 
 
-class SubstitutionPass:
-    """The ``substitute`` pre-pass of :data:`fusionplan.passes.PASSES`: ONNX in, ONNX out
-    (standard ops only, so the fusion planner reads it), plus the report as JSON."""
+@dataclass(frozen=True)
+class SubstitutionOptions(SubstitutionRequest):
+    """The ``substitute`` pass's options: :class:`SubstitutionRequest`'s fields, checked."""
+
+    def check(self) -> None:
+        check_choice(SEARCHES, "search", self.search)
+        check_choice(LATENCY_MODELS, "device", self.device)
+        for rule in self.rules or ():
+            check_choice(RULES, "rules", rule)
+        for option in ("budget", "depth"):
+            if getattr(self, option) < 1:
+                raise OptionError(option, f"must be at least 1, got {getattr(self, option)}")
+        if not self.tolerance > 0:
+            raise OptionError("tolerance", f"must be above 0, got {self.tolerance}")
+        if self.measure is not None and self.measure not in MEASURES:
+            raise OptionError("measure", f"{self.measure!r} is not one of {', '.join(MEASURES)}")
+        if self.measure is not None and self.search != "autograph":
+            raise OptionError("measure", "applies to the autograph search only")
+
+
+class SubstitutionPass(ModelPass):
+    """The ``substitute`` pre-pass: rewrites the graph; the result is checked equal to its
+    input in onnxruntime before it is handed on."""
 
     name = "substitute"
+    Options = SubstitutionOptions
+    needs = frozenset({STATIC_SHAPES})
+    rewrites = True
+    keeps = frozenset({STATIC_SHAPES})
 
-    def __init__(self, **options: Any) -> None:
-        self.request = SubstitutionRequest(**{"standard_ops": True, **options})
-
-    def run(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Any]]:
-        result = substitute(model, self.request)
+    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+        result = substitute(graph, self.options, name=graph.name)
         r = result.report
         line = (
             f"{sum(r.ops_before.values())} -> {sum(r.ops_after.values())} ops, "
             f"{r.speedup:.2f}x by {r.cost_kind} cost ({r.search}, {len(r.steps)} substitutions)"
         )
-        return result.model, {**r.to_json(), "summary": line}
+        return PassResult(result.graph, bool(r.steps), r, line)
 
 
 def _make_search(request: SubstitutionRequest):
