@@ -18,6 +18,10 @@ A file is a flat mapping (docs/cost-model.md, "Accelerator description files")::
     bank_bytes_per_cycle: 8
     double_buffering: true
     energy: {dram_pj_per_byte: 100, buffer_pj_per_byte: 2.5, mac_pj: 1, leakage_pj_per_cycle: 0}
+    passes: {device: h100, substitute: {search: ocggs-dpp}, streams: {max_streams: 4}}
+
+``passes`` holds options of the pre-passes (``--prepass``), checked by the pass pipeline
+(fusionplan/passes/manager.py) when a run builds it: this layer does not know the passes.
 
 Every key is optional except where a command needs the buffer; an empty file, unknown keys,
 wrong types, bad values and unreadable files are a one-line ``ConfigError`` naming the file
@@ -62,6 +66,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "bank_bytes_per_cycle": (int,),
     "double_buffering": (bool,),
     "energy": (dict,),
+    "passes": (dict,),
 }
 KEYS: tuple[str, ...] = tuple(_TYPES)
 """The keys a description file may hold."""

@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 
 from accel_model import Accelerator, parse_size
-from accel_model.description import load_accelerator, load_hardware
+from accel_model.description import load_accelerator, load_hardware, read_description
 from accel_model.hardware import Hardware
 from accel_model.latency import LATENCY_MODELS
 from data.zoo import model_source, resolve_model
@@ -25,9 +25,22 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.passes import PASSES
+from fusionplan.passes.manager import (
+    OptionSource,
+    PassContext,
+    PipelineResult,
+    Sequential,
+    make_context,
+)
 from fusionplan.passes.streams.pipeline import StreamsRequest, StreamsResult
 from fusionplan.passes.streams.pipeline import schedule_streams as run_streams
 from fusionplan.passes.streams.simulate import EVENT_S
+from fusionplan.passes.substitution.convert import (
+    from_onnx,
+    load_onnx,
+    to_onnx,
+    with_input_shapes,
+)
 from fusionplan.passes.substitution.pipeline import (
     SubstitutionRequest,
     SubstitutionResult,
@@ -37,6 +50,7 @@ from fusionplan.passes.substitution.search import SEARCHES
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 from fusionplan.planning.plan import Plan
+from fusionplan.planning.result import PassRecord
 
 ModelSpec = str | os.PathLike | OpGraph
 
@@ -72,12 +86,15 @@ def plan(
     bound_effort: float = 1.0,
     time_limit_s: float | None = None,
     prepass: Sequence[str] = (),
+    pass_options: Mapping[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
     objective: str = "dram",
     hardware: Hardware | None = None,
 ) -> Plan:
     """Plan fusion for ``model`` (ONNX path, zoo name or OpGraph) on one accelerator,
-    after the named pre-passes (``prepass=["substitute"]``) rewrote its ONNX graph.
+    after the named pre-passes (``prepass=["substitute", "streams"]``) ran on its graph,
+    with ``pass_options`` (``{"substitute": {"search": "ocggs-dpp"}, "device": "a100"}``,
+    over an accelerator file's ``passes:``); ``plan.prepasses`` records what they did.
 
     ``objective`` is what the search minimises (``dram``, ``energy``, ``latency``, ``edp``);
     energy and latency run on ``hardware`` (a description file gives it; None: the file's,
@@ -107,8 +124,10 @@ def plan(
         objective=objective,
         hardware=hardware,
     )
+    file: OptionSource | None = None
     if accelerator is not None:
         if not isinstance(accelerator, Accelerator):
+            file = accelerator_passes(accelerator)
             if hardware is None:
                 request = replace(request, hardware=load_hardware(accelerator))
             accelerator = load_accelerator(accelerator, buffer)
@@ -116,13 +135,18 @@ def plan(
             accelerator = replace(accelerator, buffer_bytes=parse_size(buffer))
         request = request.on(accelerator)
     request.check()  # reject bad settings before a possibly slow model export
+    context = make_context(PASSES, prepass, file=file, given=("pass_options", pass_options),
+                           accelerator=request.accelerator())  # fmt: skip
+    records: tuple[PassRecord, ...] = ()
     if prepass:
         if isinstance(model, OpGraph):
-            raise ConfigError("pre-passes rewrite ONNX: pass a model path or zoo name")
-        graph = apply_prepasses(model, prepass)[0]
+            raise ConfigError("pre-passes run on the model IR: pass a model path or zoo name")
+        graph, records = run_prepasses(model, context)
     else:
         graph = load(model)
-    return plan_graph(graph, request, progress)
+    result = plan_graph(graph, request, progress)
+    result.prepasses = records
+    return result
 
 
 def substitute(
@@ -188,21 +212,47 @@ def schedule_streams(
     return run_streams(model, request, input_shapes=input_shapes)
 
 
-def apply_prepasses(
-    model: str | os.PathLike, passes: Sequence[str], **import_options: Any
-) -> tuple[OpGraph, list[dict[str, Any]]]:
-    """Run the named pre-passes (:data:`fusionplan.passes.PASSES`) on ``model``'s ONNX in
-    order and import the result; the graph and each pass's report."""
-    for name in passes:
-        PASSES.check(name)
+def accelerator_passes(path: str | os.PathLike) -> OptionSource:
+    """The pre-pass options of an accelerator file (its ``passes:`` section), labelled."""
+    return f"accelerator file {os.fspath(path)} passes:", read_description(path).get("passes")
+
+
+def run_prepasses(
+    model: str | os.PathLike,
+    context: PassContext,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    strict_ops: bool = False,
+) -> tuple[OpGraph, tuple[PassRecord, ...]]:
+    """Import ``model`` (an ONNX path or a zoo name) into the model IR once, run the
+    context's passes on it in order (:class:`Sequential`) and lower the result to the
+    planner's graph; that graph and a record of each pass for the plan.
+
+    ONNX is the boundary only: read here, and written again only to lower a graph a pass
+    rewrote (where no pass changed it, the planner imports the model's own file).
+    """
+    runner = Sequential(PASSES, context)  # names and order checked before the import
     source = model_source(model)
-    proto = onnx.load(os.fspath(source))
-    reports = []
-    for name in passes:
-        proto, report = PASSES.get(name)().run(proto)
-        reports.append({"pass": name, **report})
-    name = Path(os.fspath(model)).stem
-    return graph_from_proto(proto, name=name, **import_options), reports
+    original = load_onnx(source)
+    graph = from_onnx(with_input_shapes(original, input_shapes), command="plan --prepass")
+    graph.name = name = Path(os.fspath(model)).stem
+    result = runner.run(graph)
+    lowered = to_onnx(result.graph, standard_ops=True) if result.modified else original
+    imported = graph_from_proto(
+        lowered, name=name, input_shapes=input_shapes, strict_ops=strict_ops
+    )
+    return imported, pass_records(result)
+
+
+def pass_records(result: PipelineResult) -> tuple[PassRecord, ...]:
+    """Each pass's result as the plan keeps it: JSON report, the artifacts still true of
+    the planned graph, and which later rewrite made any other one stale."""
+    records = []
+    for name, r in zip(result.names, result.results, strict=True):
+        live = {f: a.to_json() for f, a in r.artifacts.items() if result.artifacts.get(f) is a}
+        stale = {f: result.stale[f] for f in r.artifacts if f not in live and f in result.stale}
+        records.append(PassRecord(name, r.modified, r.headline, r.report.to_json(), live, stale))
+    return tuple(records)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from fusionplan.ir.graph import Group, OpGraph, bits, is_weakly_connected, lowes
 from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.ir.onnx_import import onnx_node_names
 from fusionplan.ir.version import VERSION
-from fusionplan.planning.result import SearchResult
+from fusionplan.planning.result import PassRecord, SearchResult
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
@@ -125,10 +125,21 @@ def _hardware_of(saved: Any) -> Hardware | None:
         raise PlanError(f"plan file: bad 'hardware': {exc}") from None
 
 
+def _prepasses_of(saved: Any) -> tuple[PassRecord, ...]:
+    """The pre-pass records of a plan file (none in a plan made without pre-passes)."""
+    if saved is None:
+        return ()
+    try:
+        return tuple(PassRecord.from_json(entry) for entry in saved)
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise PlanError(f"plan file: bad 'prepasses': {exc}") from None
+
+
 class Plan:
     """Groups of one graph under one cost model, with the :class:`SearchResult` that found
     them (``None`` for a plan built by hand or read from a file), on ``hardware`` (its
-    energy and latency; None: accel_model.hardware's defaults)."""
+    energy and latency; None: accel_model.hardware's defaults). ``prepasses`` records
+    what the pre-passes did to the model before it was planned (the stream schedule)."""
 
     def __init__(
         self,
@@ -139,6 +150,7 @@ class Plan:
         *,
         saved_info: dict[str, Any] | None = None,
         hardware: Hardware | None = None,
+        prepasses: tuple[PassRecord, ...] = (),
     ) -> None:
         self.graph = graph
         self.cost_model = cost_model
@@ -149,6 +161,7 @@ class Plan:
         self.groups: tuple[Group, ...] = tuple(ordered)
         self.result = result
         self._saved_info: dict[str, Any] = dict(saved_info or {})
+        self.prepasses = tuple(prepasses)
 
     @property
     def info(self) -> dict[str, Any]:
@@ -284,11 +297,13 @@ class Plan:
                 entry.update(energy_uj=round(m.energy_fj / 1e9, 6), latency_cycles=m.latency_cycles)
             groups.append(entry)
         accel = cm.accel
+        prepasses = {"prepasses": [r.to_json() for r in self.prepasses]} if self.prepasses else {}
         return {
             "format": PLAN_FORMAT,
             "version": PLAN_FORMAT_VERSION,
             "fusionplan_version": VERSION,
             "model": {"name": self.graph.name, "ops": len(self.graph)},
+            **prepasses,
             "accelerator": accel.settings(),
             "metrics": self.metrics.as_dict(),
             "hardware": self.hardware.settings(),
@@ -344,7 +359,8 @@ class Plan:
                 mask |= 1 << index[name]
             groups.append(mask)
         return Plan(graph, cost_model, groups, saved_info=data.get("search") or {},
-                    hardware=_hardware_of(data.get("hardware")))  # fmt: skip
+                    hardware=_hardware_of(data.get("hardware")),
+                    prepasses=_prepasses_of(data.get("prepasses")))  # fmt: skip
 
     @staticmethod
     def from_json(graph: OpGraph, cost_model: CostModel, text: str) -> Plan:
@@ -372,6 +388,10 @@ class Plan:
             f"lower bound  {m.lower_bound_bytes / MB:.3f} MB ({m.bound_method}), gap {m.gap:.2%}",
             f"MBU          {m.mbu_kb:.1f} KB",
         ]
+        for record in self.prepasses:
+            lines.append(f"{'prepass':<12} {record.name}: {record.summary}")
+            lines += [f"{'':<12} its {fact} is stale: {later} rewrote the graph after it"
+                      for fact, later in record.invalidated.items()]  # fmt: skip
         e = self.energy
         if e is not None:
             lines += [

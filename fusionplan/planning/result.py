@@ -212,3 +212,37 @@ class SearchResult:
         out.update(self.extra)
         out["timing"] = self.timing()
         return out
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    """What one pre-pass did to the model before it was planned, as the plan keeps it: its
+    one-line summary, its report and its artifacts (the stream schedule) in JSON form (the
+    passes sit above planning). ``artifacts`` holds those still true of the planned graph;
+    ``invalidated`` names, per artifact dropped, the later pass whose rewrite made it stale.
+    """
+
+    name: str
+    modified: bool
+    summary: str
+    report: dict[str, Any]
+    artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    invalidated: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"pass": self.name, "modified": self.modified, "summary": self.summary,
+               "report": self.report, "artifacts": self.artifacts}  # fmt: skip
+        if self.invalidated:
+            out["invalidated"] = self.invalidated
+        return out
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> PassRecord:
+        return PassRecord(
+            data["pass"],
+            bool(data["modified"]),
+            data["summary"],
+            dict(data.get("report") or {}),
+            dict(data.get("artifacts") or {}),
+            dict(data.get("invalidated") or {}),
+        )

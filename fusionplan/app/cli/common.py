@@ -25,7 +25,7 @@ from accel_model import COST_MODELS
 from accel_model.accelerator import DEFAULT_PE_UNROLL, PROFILES, SINGLE_LAYER_CONVENTIONS
 from accel_model.description import hardware_from, read_description
 from accel_model.objectives import OBJECTIVES
-from fusionplan.app.api import apply_prepasses, load
+from fusionplan.app.api import accelerator_passes, load, run_prepasses
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.engines import ENGINES, Engine, make_engine
 from fusionplan.ir.errors import ConfigError
@@ -33,6 +33,8 @@ from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import check_output_path
 from fusionplan.ir.registry import Registry
 from fusionplan.passes import PASSES
+from fusionplan.passes.manager import PassContext, make_context, parse_option_items
+from fusionplan.planning.result import PassRecord
 from fusionplan.planning.split import SPLITTERS
 from search import SEARCHES
 
@@ -184,6 +186,7 @@ class PlanOptions:
     bound_effort: float
     time_limit: float | None
     prepass: tuple[str, ...]
+    pass_option: tuple[str, ...]
     objective: str
     front: str
 
@@ -199,7 +202,9 @@ class PlanOptions:
         return options
 
     def request(self, buffer: str) -> PlanRequest:
-        """A checked :class:`PlanRequest` for one buffer size (fails before any model load)."""
+        """A checked :class:`PlanRequest` for one buffer size (fails before any model load,
+        as bad pre-pass options do)."""
+        self.pass_context()
         return PlanRequest(
             buffer=buffer,
             scheme=self.scheme,
@@ -219,6 +224,13 @@ class PlanOptions:
             **self.file_settings,
         ).check()
 
+    def pass_context(self) -> PassContext:
+        """The pre-passes and their options (accelerator file, then ``--pass-option``),
+        checked when the command starts: a bad one fails before any model loads."""
+        file = accelerator_passes(self.accelerator) if self.accelerator else None
+        given = ("--pass-option", parse_option_items(self.pass_option))
+        return make_context(PASSES, self.prepass, file=file, given=given)
+
     @functools.cached_property
     def file_settings(self) -> dict[str, Any]:
         """The accelerator file's settings that have no option of their own (the others
@@ -235,13 +247,20 @@ class PlanOptions:
         return out
 
     def load(self, model: str) -> OpGraph:
+        """The planner's graph of ``model`` after the pre-passes, which say what they did
+        on stderr (a sweep's rows have no place for it)."""
+        graph, records = self.load_with_passes(model)
+        for record in records:
+            console(stderr=True).print(f"prepass {record.name}: {record.summary}")
+        return graph
+
+    def load_with_passes(self, model: str) -> tuple[OpGraph, tuple[PassRecord, ...]]:
+        """The planner's graph of ``model`` after the pre-passes, and what each one did
+        (a plan keeps it: its summary, JSON and HTML report)."""
         options = {"input_shapes": parse_shapes(self.input_shape), "strict_ops": self.strict_ops}
         if not self.prepass:
-            return load(model, **options)
-        graph, reports = apply_prepasses(model, self.prepass, **options)
-        for report in reports:
-            console(stderr=True).print(f"prepass {report['pass']}: {report['summary']}")
-        return graph
+            return load(model, **options), ()
+        return run_prepasses(model, self.pass_context(), **options)
 
 
 def _read_accelerator(ctx: click.Context, path: str | None) -> str | None:
@@ -380,9 +399,15 @@ _PLAN_OPTIONS = [
         "--prepass",
         type=RegistryChoice(PASSES),
         multiple=True,
-        help=_registry_help(
-            "Rewrite the ONNX graph before planning (repeatable, in order)", PASSES
-        ),
+        help=_registry_help("Run a pass on the model before planning (repeatable)", PASSES),
+    ),
+    click.option(
+        "--pass-option",
+        multiple=True,
+        metavar="PASS.OPTION=VALUE",
+        help="An option of a --prepass (repeatable), e.g. substitute.search=ocggs-dpp, "
+        "streams.max_streams=4; device=NAME prices every pass's ops on that latency model. "
+        "Over the accelerator file's 'passes:'. Options: docs/design.md, 'Pass pipeline'.",
     ),
 ]
 
