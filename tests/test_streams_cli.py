@@ -112,9 +112,20 @@ def test_trace_ops_end_before_their_consumers_start(cell: Path) -> None:
     _ends_before_consumers(scheduled.trace(), scheduled.dag.edges)
 
 
-def test_plan_with_streams_prepass(cell: Path) -> None:
-    text = invoke("plan", cell, "--prepass", "streams", "--budget", "20", "-q").output
-    assert "DRAM" in text
+def test_plan_with_streams_prepass_carries_the_schedule(cell: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    text = invoke("plan", cell, "--prepass", "streams", "--pass-option", "streams.max_streams=2",
+                  "--budget", "20", "-q", "-o", out).output  # fmt: skip
+    (record,) = json.loads(out.read_text())["prepasses"]
+    schedule = record["artifacts"]["stream schedule"]
+    direct = fp.schedule_streams(cell, max_streams=2)  # the same schedule, computed alone
+    assert schedule["streams"] == [list(ops) for ops in direct.schedule().streams]
+    assert len(schedule["streams"]) == record["report"]["streams"] == direct.report.streams == 2
+    assert schedule["makespan_s"] == pytest.approx(direct.simulation.makespan)
+    assert f"prepass      streams: {direct.schedule().headline()}" in text
+    # an analysis leaves the model as it was: the plan is the one planned without it
+    plain = json.loads(invoke("plan", cell, "--budget", "20", "-q", "--json").output)
+    assert json.loads(out.read_text())["groups"] == plain["groups"]
 
 
 def test_api_report_matches_simulation(cell: Path) -> None:

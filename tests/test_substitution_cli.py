@@ -98,8 +98,12 @@ def test_a_symbolic_batch_is_fixed_with_input_shape(tmp_path: Path) -> None:
 
 
 def test_plan_with_substitute_prepass(block: Path) -> None:
-    text = invoke("plan", block, "--prepass", "substitute", "--budget", "20", "-q").output
-    assert "DRAM" in text
+    option = "substitute.search=ocggs-dpp"
+    text = invoke("plan", block, "--prepass", "substitute", "--pass-option", option,
+                  "--budget", "20", "-q", "--json").output  # fmt: skip
+    (record,) = json.loads(text)["prepasses"]
+    assert record["pass"] == "substitute" and record["modified"]
+    assert record["report"]["search"] == "ocggs-dpp" and record["report"]["steps"]
 
 
 def test_api_and_pass_agree_with_onnxruntime(block: Path) -> None:
