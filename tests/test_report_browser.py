@@ -214,6 +214,22 @@ def test_stream_gantt_colours_ops_by_type(browser, tmp_path) -> None:
     assert browser.console_errors() == []
 
 
+def test_numbers_list_the_prepasses_and_each_stream(browser, tmp_path) -> None:
+    model = save(wide_chains(branches=3, length=2), tmp_path)
+    planned = plan(model, budget=20, prepass=["streams"])
+    data = planned.to_dict()
+    path = write_text_atomic(tmp_path / "p.html", plan_report(planned.graph, [("p", data)]))
+    browser.open(path)
+    browser.click("nav button[data-view=numbers]")
+    lines = dom(browser, listed("#prepasses li", "e.textContent"))
+    (record,) = data["prepasses"]
+    streams = record["artifacts"]["stream schedule"]["streams"]
+    assert len(lines) == 1 and lines[0].startswith("streams: " + record["summary"])
+    for s, ops in enumerate(streams):  # each stream's ops, in issue order
+        assert f"stream {s}: {', '.join(ops)}" in lines[0]
+    assert browser.console_errors() == []
+
+
 @pytest.mark.bench
 def test_400_op_report_figures(browser, tmp_path) -> None:
     """The issue's figures: a 400-op plan's report written in <= 2 s, <= 5 MB, first

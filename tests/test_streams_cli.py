@@ -113,9 +113,9 @@ def test_trace_ops_end_before_their_consumers_start(cell: Path) -> None:
 
 
 def test_plan_with_streams_prepass_carries_the_schedule(cell: Path, tmp_path: Path) -> None:
-    out = tmp_path / "plan.json"
+    out, html = tmp_path / "plan.json", tmp_path / "plan.html"
     text = invoke("plan", cell, "--prepass", "streams", "--pass-option", "streams.max_streams=2",
-                  "--budget", "20", "-q", "-o", out).output  # fmt: skip
+                  "--budget", "20", "-q", "-o", out, "--html", html).output  # fmt: skip
     (record,) = json.loads(out.read_text())["prepasses"]
     schedule = record["artifacts"]["stream schedule"]
     direct = fp.schedule_streams(cell, max_streams=2)  # the same schedule, computed alone
@@ -123,6 +123,9 @@ def test_plan_with_streams_prepass_carries_the_schedule(cell: Path, tmp_path: Pa
     assert len(schedule["streams"]) == record["report"]["streams"] == direct.report.streams == 2
     assert schedule["makespan_s"] == pytest.approx(direct.simulation.makespan)
     assert f"prepass      streams: {direct.schedule().headline()}" in text
+    page = html.read_text(encoding="utf-8").split('id="fp-data">', 1)[1].split("</script>")[0]
+    (shown,) = json.loads(page)["plans"][0]["prepasses"]  # the report lists each stream's ops
+    assert shown["streams"] == schedule["streams"] and shown["summary"] == record["summary"]
     # an analysis leaves the model as it was: the plan is the one planned without it
     plain = json.loads(invoke("plan", cell, "--budget", "20", "-q", "--json").output)
     assert json.loads(out.read_text())["groups"] == plain["groups"]

@@ -176,7 +176,22 @@ def plan_payload(graph: OpGraph, plan: Mapping[str, Any], label: str) -> dict[st
         "buffer": _accel_text(accel),
         "metrics": plan["metrics"],
         "search": {k: v for k, v in (plan.get("search") or {}).items() if k != "timing"},
+        "prepasses": [_prepass_payload(r) for r in plan.get("prepasses") or ()],
         "groups": groups,
+    }
+
+
+def _prepass_payload(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the report shows of a pre-pass: its summary and, for a stream schedule, the
+    ops of each stream (names, as the pass scheduled them)."""
+    schedule = (record.get("artifacts") or {}).get("stream schedule")
+    stale = [f"its {fact} is stale: {later} rewrote the graph after it"
+             for fact, later in (record.get("invalidated") or {}).items()]  # fmt: skip
+    return {
+        "pass": record["pass"],
+        "summary": record["summary"],
+        "notes": stale,
+        "streams": schedule["streams"] if schedule else [],
     }
 
 

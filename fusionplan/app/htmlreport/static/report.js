@@ -384,6 +384,15 @@
     card("compulsory", bytes(m.compulsory_bytes), "graph I/O + weights once", "compulsory");
     card("largest buffer need", bytes(m.mbu_bytes), "of " + bytes(p.accelerator.buffer_bytes), "mbu");
     card("groups", String(m.groups), m.fused_groups + " fused, " + m.unfusable_ops + " unfusable ops", "groups");
+    if (p.prepasses.length) {
+      el("h3", {}, section, "Pre-passes: what ran on the model before it was planned");
+      const list = el("ul", { id: "prepasses" }, section);
+      for (const r of p.prepasses) {
+        const item = el("li", {}, list, r.pass + ": " + r.summary);
+        for (const note of r.notes) el("div", { class: "muted" }, item, note);
+        r.streams.forEach((ops, s) => el("div", { class: "muted" }, item, "stream " + s + ": " + ops.join(", ")));
+      }
+    }
     el("h3", {}, section, "Where the traffic goes: groups by DRAM");
     const bars = el("div", { class: "bars", id: "bars" }, section);
     const hr = el("div", { class: "bar-row head" }, bars);
