@@ -34,7 +34,7 @@ from fusionplan.passes.manager import (
 from fusionplan.passes.substitution.convert import from_onnx
 from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.planning.plan import Plan
-from tests.onnx_builders import residual_block, save
+from tests.onnx_builders import dynamic_batch, residual_block, save
 
 # residual_block: stem, conv1, relu1, conv2, add, relu2
 OPS = {"Conv": 3, "Relu": 2, "Add": 1}
@@ -225,3 +225,15 @@ def test_context_device_fills_every_pass_device_option_unless_given():
     assert context.options["substitute"].device == "a100"
     assert context.options["streams"].device == "v100"
     assert context.options["substitute"].search == "metaflow"  # SubstitutionRequest's default
+
+
+def test_input_shapes_reach_the_passes_and_the_planner(toys, tmp_path, capsys):
+    model = save(dynamic_batch(), tmp_path, "dyn")  # x: (N, 4, 8, 8), conv -> relu
+    main(["plan", str(model), "--prepass", "copy", "--prepass", "count-ops",
+          "--input-shape", "x=1x4x8x8", "--budget", "5", "--json", "-q"])  # fmt: skip
+    data = json.loads(capsys.readouterr().out)
+    assert [r["report"] for r in data["prepasses"]] == [
+        {"op": "any", "count": 2},
+        {"op": "Relu", "count": 1},
+    ]
+    assert data["model"] == {"name": "dyn", "ops": 2}
