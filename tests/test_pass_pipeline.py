@@ -101,12 +101,24 @@ class ReadsSchedule(ModelPass):
         return PassResult(graph, False, CountReport("stream", streams), f"{streams} streams")
 
 
+class Buffer(ModelPass):
+    """Toy reader of the context: the buffer of the accelerator being planned for."""
+
+    name = "buffer"
+
+    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+        assert context.accelerator is not None
+        report = CountReport("buffer bytes", context.accelerator.buffer_bytes)
+        return PassResult(graph, False, report, report.summary())
+
+
 @pytest.fixture
 def toys():
     with (
         PASSES.registered("count-ops", CountOps),
         PASSES.registered("copy", Copy),
         PASSES.registered("reads-schedule", ReadsSchedule),
+        PASSES.registered("buffer", Buffer),
     ):
         yield
     assert "count-ops" not in PASSES and "copy" not in PASSES
@@ -237,3 +249,11 @@ def test_input_shapes_reach_the_passes_and_the_planner(toys, tmp_path, capsys):
         {"op": "Relu", "count": 1},
     ]
     assert data["model"] == {"name": "dyn", "ops": 2}
+
+
+def test_passes_see_the_accelerator_planned_for(toys, model, capsys):
+    plan = api.plan(model, "64KB", budget=5, prepass=["buffer"])
+    assert plan.prepasses[0].report["count"] == 64 * 1024
+    main(["plan", str(model), "--buffer", "2KB", "--prepass", "buffer", "--budget", "5",
+          "--json", "-q"])  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["prepasses"][0]["report"]["count"] == 2048

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
@@ -53,7 +54,7 @@ class Artifact(Protocol):
 @dataclass(frozen=True)
 class PassResult:
     """What one pass returns: the graph for the next stage, whether the pass changed it
-    (a pass that only analyses returns its input and ``False``), its report and one-line
+    (an analysis returns its input and ``False``), its report and one-line
     headline, and its artifacts keyed by the fact each one is."""
 
     graph: SubGraph
@@ -85,7 +86,7 @@ def check_choice(registry: Registry[Any], option: str, value: str) -> None:
         raise OptionError(option, str(exc)) from None
 
 
-class ModelPass:
+class ModelPass(ABC):
     """Base of every pass: model IR in, :class:`PassResult` out.
 
     A subclass sets ``name``, ``Options`` (its frozen options dataclass, whose optional
@@ -105,14 +106,9 @@ class ModelPass:
     def __init__(self, options: Any = None) -> None:
         self.options = options if options is not None else type(self).Options()
 
+    @abstractmethod
     def run(self, graph: SubGraph, context: PassContext) -> PassResult:
-        raise NotImplementedError
-
-    @classmethod
-    def facts_after(cls, facts: frozenset[str], modified: bool) -> frozenset[str]:
-        """The facts that hold after this pass ran on a graph that had ``facts``."""
-        kept = facts & cls.keeps if modified else facts
-        return kept | cls.provides
+        """This pass on ``graph``; ``self.options`` are its checked options."""
 
 
 PassRegistry = Registry[type[ModelPass]]
@@ -122,20 +118,19 @@ PassRegistry = Registry[type[ModelPass]]
 class PassContext:
     """What every pass of one pipeline sees: each pass's checked options, the op-latency
     model (``device``), the accelerator being planned for (None outside ``plan``), and the
-    results of the passes that ran before it."""
+    results and live artifacts of the passes that ran before it."""
 
     passes: tuple[str, ...]
     options: Mapping[str, Any]
     device: str | None = None
     accelerator: Accelerator | None = None
     results: tuple[PassResult, ...] = ()
+    artifacts: Mapping[str, Artifact] = field(default_factory=dict)
+    """Fact -> the latest artifact of the passes so far that is still true of the graph."""
 
     def artifact(self, fact: str) -> Any:
-        """The latest artifact for ``fact`` of the passes so far (None if none made one)."""
-        for result in reversed(self.results):
-            if fact in result.artifacts:
-                return result.artifacts[fact]
-        return None
+        """The live artifact for ``fact`` (None where none is)."""
+        return self.artifacts.get(fact)
 
 
 @dataclass(frozen=True)
@@ -164,7 +159,6 @@ class Sequential:
         check_order(context.passes, self.classes)
 
     def run(self, graph: SubGraph) -> PipelineResult:
-        facts = IMPORTED
         artifacts: dict[str, Artifact] = {}
         stale: dict[str, str] = {}
         context = self.context
@@ -179,9 +173,9 @@ class Sequential:
             for fact, artifact in result.artifacts.items():
                 artifacts[fact] = artifact
                 stale.pop(fact, None)
-            facts = cls.facts_after(facts, result.modified)
             graph = result.graph
-            context = dataclasses.replace(context, results=(*context.results, result))
+            results = (*context.results, result)
+            context = dataclasses.replace(context, results=results, artifacts=dict(artifacts))
         return PipelineResult(graph, context.results, context.passes, artifacts, stale)
 
 
@@ -196,7 +190,7 @@ def check_order(names: Sequence[str], classes: Sequence[type[ModelPass]]) -> Non
                 f"pass {name} needs the {missing[0]}, which no pass before it provides "
                 "(or a rewrite before it invalidates): reorder --prepass"
             )
-        facts = cls.facts_after(facts, cls.rewrites)
+        facts = (facts & cls.keeps if cls.rewrites else facts) | cls.provides
 
 
 OptionSource = tuple[str, Mapping[str, Any] | None]

@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from accel_model import COST_MODELS
+from accel_model import COST_MODELS, Accelerator
 from accel_model.accelerator import DEFAULT_PE_UNROLL, PROFILES, SINGLE_LAYER_CONVENTIONS
 from accel_model.description import hardware_from, read_description
 from accel_model.objectives import OBJECTIVES
@@ -224,12 +224,13 @@ class PlanOptions:
             **self.file_settings,
         ).check()
 
-    def pass_context(self) -> PassContext:
+    def pass_context(self, accelerator: Accelerator | None = None) -> PassContext:
         """The pre-passes and their options (accelerator file, then ``--pass-option``),
         checked when the command starts: a bad one fails before any model loads."""
         file = accelerator_passes(self.accelerator) if self.accelerator else None
         given = ("--pass-option", parse_option_items(self.pass_option))
-        return make_context(PASSES, self.prepass, file=file, given=given)
+        return make_context(PASSES, self.prepass, file=file, given=given,
+                            accelerator=accelerator)  # fmt: skip
 
     @functools.cached_property
     def file_settings(self) -> dict[str, Any]:
@@ -254,13 +255,16 @@ class PlanOptions:
             console(stderr=True).print(f"prepass {record.name}: {record.summary}")
         return graph
 
-    def load_with_passes(self, model: str) -> tuple[OpGraph, tuple[PassRecord, ...]]:
-        """The planner's graph of ``model`` after the pre-passes, and what each one did
-        (a plan keeps it: its summary, JSON and HTML report)."""
+    def load_with_passes(
+        self, model: str, accelerator: Accelerator | None = None
+    ) -> tuple[OpGraph, tuple[PassRecord, ...]]:
+        """The planner's graph of ``model`` after the pre-passes (which see the
+        ``accelerator`` planned for), and what each one did (a plan keeps it: its summary,
+        JSON and HTML report)."""
         options = {"input_shapes": parse_shapes(self.input_shape), "strict_ops": self.strict_ops}
         if not self.prepass:
             return load(model, **options), ()
-        return run_prepasses(model, self.pass_context(), **options)
+        return run_prepasses(model, self.pass_context(accelerator), **options)
 
 
 def _read_accelerator(ctx: click.Context, path: str | None) -> str | None:

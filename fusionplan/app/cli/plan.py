@@ -46,7 +46,7 @@ def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, html, as_json):
     """Plan fusion for MODEL (an ONNX file or a zoo name; see `fusionplan zoo list`)."""
     check_distinct_outputs({"-o/--output": output, "--onnx-out": onnx_out, "--html": html})
     request = opts.request(buffer)
-    graph, records = opts.load_with_passes(model)
+    graph, records = opts.load_with_passes(model, request.accelerator())
     with progress_bar(f"{opts.search} on {graph.name}", opts.budget, not opts.quiet) as progress:
         result = plan_graph(graph, request, progress)
     result.prepasses = records
