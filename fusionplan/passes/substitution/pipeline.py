@@ -171,7 +171,8 @@ def substitute(
     search = _make_search(request)
     latency = latency or make_latency_model(request.device)
     cost = GraphCost(latency, request.cost)
-    graph = graph or from_onnx(model)
+    if graph is None:
+        graph = from_onnx(model)
     problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
     result = search.run(problem, graph)
     guarded, searched = None, result.best
