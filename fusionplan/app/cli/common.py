@@ -411,7 +411,7 @@ _PLAN_OPTIONS = [
         metavar="PASS.OPTION=VALUE",
         help="An option of a --prepass (repeatable), e.g. substitute.search=ocggs-dpp, "
         "streams.max_streams=4; device=NAME prices every pass's ops on that latency model. "
-        "Over the accelerator file's 'passes:'. Options: docs/design.md, 'Pass pipeline'.",
+        "Wins over the accelerator file's 'passes:'; a misspelt option lists the pass's.",
     ),
 ]
 
