@@ -97,13 +97,22 @@ def test_a_symbolic_batch_is_fixed_with_input_shape(tmp_path: Path) -> None:
     assert [d.dim_value for d in dims] == [1, 4, 8, 8]
 
 
-def test_plan_with_substitute_prepass(block: Path) -> None:
-    option = "substitute.search=ocggs-dpp"
+def test_plan_with_substitute_prepass(block: Path, tmp_path: Path) -> None:
+    option, annotated = "substitute.search=ocggs-dpp", tmp_path / "planned.onnx"
     text = invoke("plan", block, "--prepass", "substitute", "--pass-option", option,
-                  "--budget", "20", "-q", "--json").output  # fmt: skip
-    (record,) = json.loads(text)["prepasses"]
+                  "--buffer", "1KB", "--budget", "20", "-q", "--json", "--onnx-out",
+                  annotated).output  # fmt: skip
+    data = json.loads(text)
+    (record,) = data["prepasses"]
     assert record["pass"] == "substitute" and record["modified"]
     assert record["report"]["search"] == "ocggs-dpp" and record["report"]["steps"]
+    # --onnx-out writes the model planned, the rewritten one, every op tagged with its group
+    model = onnx.load(annotated)
+    tags = {n.name: int(p.value) for n in model.graph.node for p in n.metadata_props
+            if p.key == "fusionplan.group"}  # fmt: skip
+    assert tags == {name: g["id"] for g in data["groups"] for name in g["nodes"]}
+    assert len(tags) == data["model"]["ops"] < len(onnx.load(block).graph.node)
+    assert check_equivalence(onnx.load(block), model).ok
 
 
 def test_api_and_pass_agree_with_onnxruntime(block: Path) -> None:

@@ -141,7 +141,8 @@ def plan(
     if prepass:
         if isinstance(model, OpGraph):
             raise ConfigError("pre-passes run on the model IR: pass a model path or zoo name")
-        graph, records = run_prepasses(model, context)
+        prepared = run_prepasses(model, context)
+        graph, records = prepared.graph, prepared.records
     else:
         graph = load(model)
     result = plan_graph(graph, request, progress)
@@ -217,16 +218,27 @@ def accelerator_passes(path: str | os.PathLike) -> OptionSource:
     return f"accelerator file {os.fspath(path)} passes:", read_description(path).get("passes")
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A model after its pre-passes: the planner's graph, a record of each pass for the
+    plan, and the rewritten model as ONNX where a pass rewrote it (None: the model's own
+    file is the planned graph's)."""
+
+    graph: OpGraph
+    records: tuple[PassRecord, ...]
+    rewritten: onnx.ModelProto | None
+
+
 def run_prepasses(
     model: str | os.PathLike,
     context: PassContext,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     strict_ops: bool = False,
-) -> tuple[OpGraph, tuple[PassRecord, ...]]:
+) -> Prepared:
     """Import ``model`` (an ONNX path or a zoo name) into the model IR once, run the
     context's passes on it in order (:class:`Sequential`) and lower the result to the
-    planner's graph; that graph and a record of each pass for the plan.
+    planner's graph.
 
     ONNX is the boundary only: read here, and written again only to lower a graph a pass
     rewrote (where no pass changed it, the planner imports the model's own file).
@@ -237,11 +249,11 @@ def run_prepasses(
     graph = from_onnx(with_input_shapes(original, input_shapes), command="plan --prepass")
     graph.name = name = Path(os.fspath(model)).stem
     result = runner.run(graph)
-    lowered = to_onnx(result.graph, standard_ops=True) if result.modified else original
+    rewritten = to_onnx(result.graph, standard_ops=True) if result.modified else None
     imported = graph_from_proto(
-        lowered, name=name, input_shapes=input_shapes, strict_ops=strict_ops
+        rewritten or original, name=name, input_shapes=input_shapes, strict_ops=strict_ops
     )
-    return imported, pass_records(result)
+    return Prepared(imported, pass_records(result), rewritten)
 
 
 def pass_records(result: PipelineResult) -> tuple[PassRecord, ...]:

@@ -423,14 +423,19 @@ class Plan:
             lines.append(f"{'wall time':<12} {seconds} s")
         return "\n".join(lines)
 
-    def annotate_onnx(self, src: str | Path, dst: str | Path) -> Path:
-        """Write ``src`` to ``dst`` with each compute node tagged with its fusion group.
+    def annotate_onnx(self, src: str | Path | onnx.ModelProto, dst: str | Path) -> Path:
+        """Write ``src`` (a file, or a model in memory: left as it is) to ``dst`` with each
+        compute node tagged with its fusion group.
 
         Tags go in node ``metadata_props`` (``fusionplan.group``, ``fusionplan.group_dram``)
         and in the doc string, which Netron shows. Folded and view ops carry no tag.
         """
 
-        model = onnx.load(str(src))
+        if isinstance(src, onnx.ModelProto):
+            model = onnx.ModelProto()
+            model.CopyFrom(src)
+        else:
+            model = onnx.load(str(src))
         group_of = self.group_of()
         cm = self.cost_model
         for node, name in zip(model.graph.node, onnx_node_names(model.graph), strict=True):

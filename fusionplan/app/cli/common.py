@@ -25,7 +25,7 @@ from accel_model import COST_MODELS, Accelerator
 from accel_model.accelerator import DEFAULT_PE_UNROLL, PROFILES, SINGLE_LAYER_CONVENTIONS
 from accel_model.description import hardware_from, read_description
 from accel_model.objectives import OBJECTIVES
-from fusionplan.app.api import accelerator_passes, load, run_prepasses
+from fusionplan.app.api import Prepared, accelerator_passes, load, run_prepasses
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.engines import ENGINES, Engine, make_engine
 from fusionplan.ir.errors import ConfigError
@@ -34,7 +34,6 @@ from fusionplan.ir.io import check_output_path
 from fusionplan.ir.registry import Registry
 from fusionplan.passes import PASSES
 from fusionplan.passes.manager import PassContext, make_context, parse_option_items
-from fusionplan.planning.result import PassRecord
 from fusionplan.planning.split import SPLITTERS
 from search import SEARCHES
 
@@ -250,20 +249,18 @@ class PlanOptions:
     def load(self, model: str) -> OpGraph:
         """The planner's graph of ``model`` after the pre-passes, which say what they did
         on stderr (a sweep's rows have no place for it)."""
-        graph, records = self.load_with_passes(model)
-        for record in records:
+        prepared = self.prepare(model)
+        for record in prepared.records:
             console(stderr=True).print(f"prepass {record.name}: {record.summary}")
-        return graph
+        return prepared.graph
 
-    def load_with_passes(
-        self, model: str, accelerator: Accelerator | None = None
-    ) -> tuple[OpGraph, tuple[PassRecord, ...]]:
+    def prepare(self, model: str, accelerator: Accelerator | None = None) -> Prepared:
         """The planner's graph of ``model`` after the pre-passes (which see the
-        ``accelerator`` planned for), and what each one did (a plan keeps it: its summary,
-        JSON and HTML report)."""
+        ``accelerator`` planned for), what each one did (a plan keeps it: its summary, JSON
+        and HTML report) and the rewritten model, if one rewrote it."""
         options = {"input_shapes": parse_shapes(self.input_shape), "strict_ops": self.strict_ops}
         if not self.prepass:
-            return load(model, **options), ()
+            return Prepared(load(model, **options), (), None)
         return run_prepasses(model, self.pass_context(accelerator), **options)
 
 

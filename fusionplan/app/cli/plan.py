@@ -38,7 +38,8 @@ from search.effort import STOP_CLOCK
 @click.option(
     "--onnx-out",
     type=OutputPath(),
-    help="Write the model with fusion groups as node metadata.",
+    help="Write the model planned (after any rewriting --prepass) with fusion groups as "
+    "node metadata.",
 )
 @click.option("--html", type=OutputPath(), help="Write an interactive HTML report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan JSON instead of a summary.")
@@ -46,14 +47,15 @@ def plan_cmd(model, buffer, opts: PlanOptions, output, onnx_out, html, as_json):
     """Plan fusion for MODEL (an ONNX file or a zoo name; see `fusionplan zoo list`)."""
     check_distinct_outputs({"-o/--output": output, "--onnx-out": onnx_out, "--html": html})
     request = opts.request(buffer)
-    graph, records = opts.load_with_passes(model, request.accelerator())
+    prepared = opts.prepare(model, request.accelerator())
+    graph = prepared.graph
     with progress_bar(f"{opts.search} on {graph.name}", opts.budget, not opts.quiet) as progress:
         result = plan_graph(graph, request, progress)
-    result.prepasses = records
+    result.prepasses = prepared.records
     if output:
         result.save(output)
-    if onnx_out:
-        result.annotate_onnx(model_source(model), onnx_out)
+    if onnx_out:  # the model planned: the rewritten one where a pre-pass rewrote it
+        result.annotate_onnx(prepared.rewritten or model_source(model), onnx_out)
     if html:  # the plan file just written, if any: its schedules are built once
         saved = json.loads(Path(output).read_text(encoding="utf-8")) if output else None
         write_plan_html(result, html, saved)
