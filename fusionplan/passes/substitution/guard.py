@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.search.base import Candidate, Problem
 
-Measure = Callable[[Sequence[SubGraph]], list[float]]
+Measure = Callable[[Sequence[ModelGraph]], list[float]]
 """Seconds per run of each graph, timed together (interleaved) so they compare fairly."""
 
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import onnx
 
+from fusionplan.ir.onnx_run import ort_session, random_feeds
 from fusionplan.ir.timing import time_interleaved
-from fusionplan.passes.substitution.convert import ort_session, random_feeds
 
 
 def ort_latencies(

@@ -23,18 +23,11 @@ from accel_model.latency import LatencyModel, make_latency_model
 from data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
 from fusionplan.ir.io import write_atomic
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import from_onnx, load_onnx, to_onnx, with_input_shapes
+from fusionplan.ir.onnx_run import Equivalence, check_equivalence, run_model
 from fusionplan.passes.streams.measure import stream_latency
-from fusionplan.passes.substitution.convert import (
-    Equivalence,
-    check_equivalence,
-    from_onnx,
-    load_onnx,
-    run_model,
-    to_onnx,
-    with_input_shapes,
-)
 from fusionplan.passes.substitution.cost import CostBreakdown, CostKind, GraphCost
-from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.guard import guard
 from fusionplan.passes.substitution.measure import ort_latencies, ort_latency
 from fusionplan.passes.substitution.rules import make_rules
@@ -158,7 +151,7 @@ def substitute(
     search = _make_search(request)
     latency = latency or make_latency_model(request.device)
     cost = GraphCost(latency, request.cost)
-    graph = from_onnx(model)
+    graph = from_onnx(model, command="substitute")
     problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
     result = search.run(problem, graph)
     guarded, searched = None, result.best
@@ -188,10 +181,10 @@ def substitute(
     return SubstitutionResult(rewritten, report)
 
 
-def _cpu_timer() -> Callable[[Sequence[SubGraph]], list[float]]:
+def _cpu_timer() -> Callable[[Sequence[ModelGraph]], list[float]]:
     """One-thread onnxruntime latencies of graphs, timed interleaved."""
 
-    def measure(graphs: Sequence[SubGraph]) -> list[float]:
+    def measure(graphs: Sequence[ModelGraph]) -> list[float]:
         return ort_latencies([to_onnx(g) for g in graphs], threads=1, repeats=20)
 
     return measure
@@ -233,7 +226,7 @@ def _make_search(request: SubstitutionRequest):
     return cls()
 
 
-MEASURES: dict[str, Callable[[SubGraph], float]] = {
+MEASURES: dict[str, Callable[[ModelGraph], float]] = {
     "ort": lambda g: ort_latency(to_onnx(g)),
     "streams": stream_latency,
 }
@@ -268,5 +261,5 @@ def _report(
     )
 
 
-def _ops(g: SubGraph) -> dict[str, int]:
+def _ops(g: ModelGraph) -> dict[str, int]:
     return dict(Counter(n.op for n in g.nodes.values()).most_common())

@@ -11,7 +11,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterable
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.search.base import (
     BudgetExhausted,
     Candidate,
@@ -20,7 +20,7 @@ from fusionplan.passes.substitution.search.base import (
     SubstitutionSearch,
 )
 
-Focus = Callable[[SubGraph], Iterable[str]]
+Focus = Callable[[ModelGraph], Iterable[str]]
 """Restricts a search to matches using the returned nodes (a boundary re-search)."""
 
 
@@ -32,7 +32,7 @@ class Backtracking(SubstitutionSearch):
         self.queue_cap = queue_cap
         self.focus = focus
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> SearchResult:
         started = time.perf_counter()
         root = problem.start(graph)
         self.explore(problem, root)

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.cost import GraphCost
-from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.pattern import Match, Rule
 
 DEFAULT_BUDGET = 5000
@@ -34,11 +34,11 @@ class Step:
 class Candidate:
     """A graph the search reached, how, and what it costs."""
 
-    graph: SubGraph
+    graph: ModelGraph
     steps: tuple[Step, ...]
     cost: float
 
-    def then(self, step: Step, graph: SubGraph, cost: float) -> Candidate:
+    def then(self, step: Step, graph: ModelGraph, cost: float) -> Candidate:
         return Candidate(graph, (*self.steps, step), cost)
 
 
@@ -81,7 +81,7 @@ class Problem:
     _limit_nodes: int = field(default=0, repr=False)
     _top: dict[int, Candidate] = field(default_factory=dict, repr=False)
 
-    def start(self, g: SubGraph) -> Candidate:
+    def start(self, g: ModelGraph) -> Candidate:
         self._limit_nodes = int(len(g) * self.max_growth) + 1
         root = Candidate(g, (), self.cost(g))
         self._remember(root)
@@ -91,7 +91,7 @@ class Problem:
     def exhausted(self) -> bool:
         return self.generated >= self.budget
 
-    def matches(self, g: SubGraph, near: Iterable[str] | None = None) -> list[Match]:
+    def matches(self, g: ModelGraph, near: Iterable[str] | None = None) -> list[Match]:
         """Every rule's matches in ``g`` (only those using a ``near`` node, if given); each
         call counts as expanding ``g``."""
         self.expanded += 1
@@ -191,7 +191,7 @@ class Footprint:
     stale: frozenset[str]
 
 
-def footprint(parent: SubGraph, child: SubGraph) -> Footprint:
+def footprint(parent: ModelGraph, child: ModelGraph) -> Footprint:
     new = [n for name, n in child.nodes.items() if parent.nodes.get(name) is not n]
     gone = [n for name, n in parent.nodes.items() if child.nodes.get(name) is not n]
     tensors = {t for n in (*new, *gone) for t in (*n.inputs, *n.outputs) if t}
@@ -210,4 +210,4 @@ class SubstitutionSearch(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult: ...
+    def run(self, problem: Problem, graph: ModelGraph) -> SearchResult: ...

@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Callable
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.pattern import Match
 from fusionplan.passes.substitution.search.base import (
     BudgetExhausted,
@@ -49,7 +49,7 @@ class Pruning(SubstitutionSearch):
     def __init__(self, depth: int = DEFAULT_DEPTH) -> None:
         self.depth = depth
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> SearchResult:
         started = time.perf_counter()
         root = problem.start(graph)
         with contextlib.suppress(BudgetExhausted):
@@ -82,7 +82,7 @@ class DynamicProgramming(SubstitutionSearch):
     def __init__(self, depth: int = DEFAULT_DEPTH) -> None:
         self.depth = depth
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> SearchResult:
         started = time.perf_counter()
         root = problem.start(graph)
         # a graph's matches are worked out when it is expanded, from its parent's (most
@@ -150,7 +150,7 @@ class Sampling(SubstitutionSearch):
         self.steps = steps
         self.seed = seed
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> SearchResult:
         started = time.perf_counter()
         rng = random.Random(self.seed)
         root = problem.start(graph)
