@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from fusionplan.ir.registry import Registry
+from fusionplan.passes.substitution.measures import MEASURES
 
 
 class Pass(Protocol):
@@ -33,4 +34,11 @@ PASSES.register_lazy(
     "streams",
     "fusionplan.passes.streams.pipeline:StreamsPass",
     help="assign ops to GPU streams (Nimble) and record the schedule in the model's metadata",
+)
+# AutoGraph's loop may time its candidates with the stream schedule: the passes meet here,
+# neither substitution nor streams imports the other
+MEASURES.register_lazy(
+    "streams",
+    "fusionplan.passes.streams.measure:stream_latency",
+    help="the graph's stream schedule executed (CUDA Graph on a GPU, threads on the CPU)",
 )

@@ -26,10 +26,10 @@ from fusionplan.ir.io import write_atomic
 from fusionplan.ir.model import ModelGraph
 from fusionplan.ir.onnx_model import from_onnx, load_onnx, to_onnx, with_input_shapes
 from fusionplan.ir.onnx_run import Equivalence, check_equivalence, run_model
-from fusionplan.passes.streams.measure import stream_latency
 from fusionplan.passes.substitution.cost import CostBreakdown, CostKind, GraphCost
 from fusionplan.passes.substitution.guard import guard
-from fusionplan.passes.substitution.measure import ort_latencies, ort_latency
+from fusionplan.passes.substitution.measure import ort_latencies
+from fusionplan.passes.substitution.measures import MEASURES
 from fusionplan.passes.substitution.rules import make_rules
 from fusionplan.passes.substitution.search import SEARCHES, Problem, SearchResult
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
@@ -218,20 +218,8 @@ def _make_search(request: SubstitutionRequest):
     if request.measure is not None:
         if request.search != "autograph":
             raise ConfigError("--measure applies to the autograph search only")
-        if request.measure not in MEASURES:
-            raise ConfigError(
-                f"unknown measure '{request.measure}' (choose from {', '.join(MEASURES)})"
-            )
-        return cls(measure=MEASURES[request.measure])
+        return cls(measure=MEASURES.get(request.measure))
     return cls()
-
-
-MEASURES: dict[str, Callable[[ModelGraph], float]] = {
-    "ort": lambda g: ort_latency(to_onnx(g)),
-    "streams": stream_latency,
-}
-"""How AutoGraph's loop times a candidate: onnxruntime on this CPU, or the graph's stream
-schedule executed for real (CUDA Graph on a GPU, a thread per stream on the CPU)."""
 
 
 def _report(
