@@ -11,8 +11,8 @@ from fusionplan.ir.onnx_run import check_equivalence
 from fusionplan.passes.substitution.cost import GraphCost
 from fusionplan.passes.substitution.pipeline import SubstitutionRequest, substitute
 from fusionplan.passes.substitution.rules import make_rules
-from fusionplan.passes.substitution.search import SEARCHES, Problem
-from fusionplan.passes.substitution.search.base import Candidate
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES, Problem
+from fusionplan.passes.substitution.search.base import RewriteCandidate
 from fusionplan.passes.substitution.search.ocggs import DynamicProgramming, Pruning
 from fusionplan.passes.substitution.search.split import flow_split
 from tests.substitution_models import inception_block, mlp
@@ -24,7 +24,7 @@ def problem(budget: int = 100_000) -> Problem:
     return Problem(make_rules(), COST, budget)
 
 
-def brute_force(p: Problem, cand: Candidate, depth: int) -> float:
+def brute_force(p: Problem, cand: RewriteCandidate, depth: int) -> float:
     """Cheapest cost over every sequence of at most ``depth`` substitutions, no pruning."""
     best = cand.cost
     if depth == 0:
@@ -56,7 +56,7 @@ def test_canonical_order_visits_fewer_graphs_than_brute_force() -> None:
     assert pruned.generated < counted.generated
 
 
-@pytest.mark.parametrize("name", SEARCHES.names())
+@pytest.mark.parametrize("name", REWRITE_SEARCHES.names())
 def test_every_search_returns_an_equivalent_cheaper_graph(name: str) -> None:
     m = inception_block()
     result = substitute(m, SubstitutionRequest(search=name, budget=400, depth=2))
@@ -70,7 +70,7 @@ def test_every_search_returns_an_equivalent_cheaper_graph(name: str) -> None:
 def test_budget_caps_graphs_built() -> None:
     graph = from_onnx(inception_block())
     assert len(problem().matches(graph)) > 3
-    result = SEARCHES.get("taso")().run(problem(budget=3), graph)
+    result = REWRITE_SEARCHES.get("taso")().run(problem(budget=3), graph)
     assert result.generated == 3
 
 
@@ -96,7 +96,7 @@ def test_steps_found_on_parts_replay_on_the_whole_graph() -> None:
     steps = []
     for part in parts:
         sub = p.fork(1000)
-        best = SEARCHES.get("taso")().explore(sub, sub.start(graph.subgraph(part)))
+        best = REWRITE_SEARCHES.get("taso")().explore(sub, sub.start(graph.subgraph(part)))
         steps.extend(best.steps)
     stitched = p.replay(root, steps)
     assert len(stitched.steps) == len(steps) > 0
@@ -138,7 +138,7 @@ def test_guard_drops_the_rule_family_that_slows_the_device() -> None:
     graph = from_onnx(inception_block())
     p = problem()
     root = p.start(graph)
-    best = SEARCHES.get("taso")().explore(p, root)
+    best = REWRITE_SEARCHES.get("taso")().explore(p, root)
     rules_used = {s.rule for s in best.steps}
     assert "merge-sibling-convs" in rules_used and len(rules_used) > 1
 

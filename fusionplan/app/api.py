@@ -33,7 +33,7 @@ from fusionplan.passes.substitution.pipeline import (
     SubstitutionResult,
 )
 from fusionplan.passes.substitution.pipeline import substitute as run_substitution
-from fusionplan.passes.substitution.search import SEARCHES
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 from fusionplan.planning.plan import Plan
@@ -143,7 +143,7 @@ def substitute(
     """Rewrite ``model`` (ONNX path, zoo name or ModelProto) into a cheaper equivalent graph
     under an op-latency model; ``result.model`` is the ONNX, ``result.report`` what changed.
     ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``)."""
-    SEARCHES.check(search)
+    REWRITE_SEARCHES.check(search)
     LATENCY_MODELS.check(device)
     request = SubstitutionRequest(
         search=search,

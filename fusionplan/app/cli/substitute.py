@@ -18,7 +18,7 @@ from fusionplan.app.cli.common import (
 from fusionplan.passes.substitution.cost import COST_KINDS
 from fusionplan.passes.substitution.measures import MEASURES
 from fusionplan.passes.substitution.rules import RULES
-from fusionplan.passes.substitution.search import SEARCHES
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 
@@ -27,10 +27,10 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 @click.argument("model")
 @click.option(
     "--search",
-    type=RegistryChoice(SEARCHES),
+    type=RegistryChoice(REWRITE_SEARCHES),
     default="metaflow",
     show_default=True,
-    help=f"Search: {SEARCHES.describe()}.",
+    help=f"Search: {REWRITE_SEARCHES.describe()}.",
 )
 @click.option(
     "--cost",

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fusionplan.ir.model import ModelGraph
-from fusionplan.passes.substitution.search.base import Candidate, Problem
+from fusionplan.passes.substitution.search.base import Problem, RewriteCandidate
 
 Measure = Callable[[Sequence[ModelGraph]], list[float]]
 """Seconds per run of each graph, timed together (interleaved) so they compare fairly."""
@@ -25,7 +25,7 @@ Measure = Callable[[Sequence[ModelGraph]], list[float]]
 
 @dataclass(frozen=True)
 class GuardOutcome:
-    chosen: Candidate
+    chosen: RewriteCandidate
     original_s: float
     searched_s: float  # the search's best graph, measured
     chosen_s: float  # estimated: the original's time x the last measured ratio
@@ -34,8 +34,8 @@ class GuardOutcome:
 
 def guard(
     problem: Problem,
-    root: Candidate,
-    best: Candidate,
+    root: RewriteCandidate,
+    best: RewriteCandidate,
     measure: Measure,
     *,
     tolerance: float = 0.02,

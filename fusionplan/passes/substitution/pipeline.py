@@ -31,7 +31,7 @@ from fusionplan.passes.substitution.guard import guard
 from fusionplan.passes.substitution.measure import ort_latencies
 from fusionplan.passes.substitution.measures import MEASURES
 from fusionplan.passes.substitution.rules import make_rules
-from fusionplan.passes.substitution.search import SEARCHES, Problem, SearchResult
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES, Problem, RewriteResult
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 
@@ -210,7 +210,7 @@ class SubstitutionPass:
 
 
 def _make_search(request: SubstitutionRequest):
-    cls = SEARCHES.get(request.search)
+    cls = REWRITE_SEARCHES.get(request.search)
     if request.search in DEPTH_SEARCHES:
         return cls(depth=request.depth)
     if request.search == "ocggs-sample":
@@ -226,7 +226,7 @@ def _report(
     name: str,
     request: SubstitutionRequest,
     cost: GraphCost,
-    result: SearchResult,
+    result: RewriteResult,
     equal: Equivalence,
 ) -> SubstitutionReport:
     """The search's own cost (its caches hold every graph's breakdown already)."""

@@ -19,7 +19,7 @@ from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.search.backtracking import Backtracking
 from fusionplan.passes.substitution.search.base import (
     Problem,
-    SearchResult,
+    RewriteResult,
     SubstitutionSearch,
 )
 from fusionplan.passes.substitution.search.metaflow import search_boundary, search_part
@@ -50,7 +50,7 @@ class AutoGraph(SubstitutionSearch):
         self.boundary_share = boundary_share
         self.measure = measure
 
-    def run(self, problem: Problem, graph: ModelGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult:
         started = time.perf_counter()
         root = problem.start(graph)
         parts = flow_split(graph, problem.matches(graph), self.threshold)

@@ -14,9 +14,9 @@ import time
 from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.search.backtracking import Backtracking
 from fusionplan.passes.substitution.search.base import (
-    Candidate,
     Problem,
-    SearchResult,
+    RewriteCandidate,
+    RewriteResult,
     Step,
     SubstitutionSearch,
 )
@@ -38,7 +38,7 @@ class MetaFlow(SubstitutionSearch):
         self.threshold = threshold
         self.boundary_share = boundary_share
 
-    def run(self, problem: Problem, graph: ModelGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult:
         started = time.perf_counter()
         root = problem.start(graph)
         parts = flow_split(graph, problem.matches(graph), self.threshold)
@@ -63,7 +63,9 @@ def search_part(
     return sub
 
 
-def search_boundary(problem: Problem, start: Candidate, cut: set[str], alpha: float) -> Candidate:
+def search_boundary(
+    problem: Problem, start: RewriteCandidate, cut: set[str], alpha: float
+) -> RewriteCandidate:
     """Backtracking over the matches next to the cuts (and next to what it rewrites)."""
     base = set(start.graph.nodes)
     seeds = boundary_nodes(start.graph, cut)
