@@ -81,7 +81,7 @@ class NumericGraph:
         names = {t for n in ir.nodes.values() for t in [*n.inputs, *n.outputs] if t}
         sources = {t: lowering.resolve(t) for t in names | set(ir.inputs)}
         opset = lowering.opset()
-        constants = _constants(ir, lowering.const_elems, shapes, opset)
+        constants = _constants(ir, lowering.const_elems, shapes)
         return NumericGraph(
             graph,
             tuple(layouts),
@@ -227,13 +227,12 @@ def _constants(
     ir: ModelGraph,
     const_names: Mapping[str, int],
     shapes: Mapping[str, Dims],
-    opset: int,
 ) -> dict[str, np.ndarray]:
     """Every constant of the model by name: its weights (folded constants included) and the
     outputs of the constant and shape subgraphs the importer could not fold and lowering
     removed, evaluated in graph order (a Shape or Size from its input's static dims)."""
     values = {name: w.array for name, w in ir.weights.items()}
-    opsets = {domain: version for domain, version in ir.opsets.items()}
+    opsets = dict(ir.opsets)
     for node in ir.nodes.values():
         outs = [o for o in node.outputs if o]
         if not outs or not all(o in const_names for o in outs):
