@@ -160,7 +160,7 @@ class Lowering:
         if node.op_type in SHAPE_OPS or all(self._is_const(t) for t in ins):
             for out in node.outputs:
                 dims = self.shapes.get(out)
-                self.const_elems[out] = math.prod(dims) if dims else 0
+                self.const_elems[out] = math.prod(dims) if dims is not None else 0
             return True
         return False
 

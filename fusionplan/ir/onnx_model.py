@@ -32,7 +32,7 @@ from fusionplan.ir.model import (
     qualified,
     split_qualified,
 )
-from fusionplan.ir.shapes import Dims, evaluate_node, resolve_shapes
+from fusionplan.ir.shapes import Resolved, evaluate_node, resolve_shapes
 
 
 def read_onnx(path: str | os.PathLike) -> onnx.ModelProto:
@@ -93,7 +93,7 @@ def from_onnx(
     _check_acyclic(graph)
     _check(model, path)
     try:
-        shapes, inferred = resolve_shapes(model)
+        resolved = resolve_shapes(model)
     except Exception as exc:
         raise ModelError(f"shape inference failed: {str(exc).splitlines()[0]}") from None
     types = _elem_types(model)
@@ -114,7 +114,7 @@ def from_onnx(
             alias[proto.output[0]] = ins[0]
             continue
         produces_output = any(o in outputs for o in proto.output)
-        folded = None if produces_output else _fold(proto, ins, weights, shapes, inferred, opsets)
+        folded = None if produces_output else _fold(proto, ins, weights, resolved, opsets)
         if folded is not None:
             weights.update(folded)
             continue
@@ -122,6 +122,7 @@ def from_onnx(
         nodes.append(
             ModelNode(name, qualified(proto.op_type, proto.domain), ins, tuple(proto.output), attrs)
         )
+    shapes = resolved.shapes
     inputs = [i.name for i in graph.input if i.name not in weights]
     read = {t for n in nodes for t in n.inputs} | set(outputs)
     weights = {name: w for name, w in weights.items() if name in read}  # folded away
@@ -146,9 +147,9 @@ def from_onnx(
 
 
 FOLD_EAGER = 1 << 16
-"""A constant node whose inputs are all at most this many elements is folded at import
-(shape vectors, small tables); a larger one (a transform of a weight) is folded lazily, its
-value computed when read."""
+"""A constant node whose inputs and outputs are all at most this many elements is folded at
+import (shape vectors, small tables); a larger one (a transform of a weight, a filled
+tensor) is folded lazily, its value computed when read."""
 RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
      "Bernoulli"}
@@ -159,23 +160,33 @@ def _fold(
     proto: onnx.NodeProto,
     ins: tuple[str, ...],
     weights: dict[str, Weight],
-    shapes: Mapping[str, Dims | None],
-    inferred: Mapping[str, onnx.TypeProto],
+    resolved: Resolved,
     opsets: Mapping[str, int],
 ) -> dict[str, Weight] | None:
     """The outputs of ``proto`` as weights if it computes a constant (a Constant node, the
-    Shape or Size of a static tensor, an op on constants only), else None."""
+    Shape or Size of a static tensor, an op on constants only), else None. Values shape
+    resolution already computed are reused."""
+    shapes, inferred = resolved.shapes, resolved.types
     if proto.domain not in ("", "ai.onnx") or proto.op_type in RANDOM_OPS:
         return None
     outs = [o for o in proto.output if o]
     given = [t for t in ins if t]
+    if all(o in resolved.values for o in outs) and proto.op_type != "Constant":
+        return {o: Weight.of(resolved.values[o]) for o in outs}
     node = _renamed(proto, ins)
+    if proto.op_type == "Constant":
+        tensor = next((a.t for a in proto.attribute if a.name == "value"), None)
+        if tensor is not None and not tensor.external_data:  # a weight: read when used
+            dims, dtype = tuple(tensor.dims), _np_name(tensor.data_type)
+            return {outs[0]: Weight.lazy(dims, lambda: numpy_helper.to_array(tensor), dtype)}
     if proto.op_type in ("Shape", "Size"):
         value = evaluate_node(node, {}, shapes, opsets)
         return None if value is None else {o: Weight.of(v) for o, v in value.items()}
     if not all(t in weights for t in given) or (not given and proto.op_type != "Constant"):
         return None
-    if all(math.prod(weights[t].shape) <= FOLD_EAGER for t in given):
+    known = [shapes.get(o) for o in outs]
+    large_out = any(d is not None and math.prod(d) > FOLD_EAGER for d in known)
+    if not large_out and all(math.prod(weights[t].shape) <= FOLD_EAGER for t in given):
         value = evaluate_node(node, {t: weights[t].array for t in given}, shapes, opsets)
         if value is None or set(value) != set(outs):
             return None

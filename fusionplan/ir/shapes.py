@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import onnx
@@ -83,11 +83,16 @@ def static_dims(type_proto: onnx.TypeProto) -> Dims | None:
     return tuple(dims)
 
 
-def resolve_shapes(
-    model: onnx.ModelProto,
-) -> tuple[dict[str, Dims | None], dict[str, onnx.TypeProto]]:
-    """Static dims of every tensor of ``model`` by name (None where still unknown), and the
-    inferred type of every tensor onnx could type.
+class Resolved(NamedTuple):
+    """What shape resolution learnt about a model's tensors, by name."""
+
+    shapes: dict[str, Dims | None]  # static dims (None where still unknown)
+    types: dict[str, onnx.TypeProto]  # every tensor onnx could type
+    values: dict[str, np.ndarray]  # the small constants it evaluated on the way
+
+
+def resolve_shapes(model: onnx.ModelProto) -> Resolved:
+    """Static dims, types and the small constant values of the tensors of ``model``.
 
     One whole-model inference first; if it leaves node outputs unknown, one pass in graph
     order folds each constant node and re-infers each node with an unknown output from its
@@ -105,9 +110,9 @@ def resolve_shapes(
             typed.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
     types = _infer(model, consts, typed)
     shapes = {name: static_dims(t) for name, t in types.items()}
-    if all(shapes.get(o) is not None for n in graph.node for o in n.output if o):
-        return shapes, types
     values = {name: numpy_helper.to_array(t) for name, t in consts.items()}
+    if all(shapes.get(o) is not None for n in graph.node for o in n.output if o):
+        return Resolved(shapes, types, values)
     opsets = {o.domain or "": o.version for o in model.opset_import}
     needed = _needed_constants(graph.node, shapes, set(consts))
     for node in graph.node:
@@ -128,7 +133,7 @@ def resolve_shapes(
             for name, t in _infer_node(model, node, types, values).items():
                 if static_dims(t) is not None:
                     shapes[name], types[name] = static_dims(t), t
-    return shapes, types
+    return Resolved(shapes, types, values)
 
 
 def _needed_constants(
