@@ -402,5 +402,5 @@ def _topological(nodes: Iterable[ModelNode]) -> list[ModelNode]:
             ready.extend(released)
             ready.sort(reverse=True)
     if len(order) != len(pending):
-        raise ValueError("substitution produced a cycle")  # a rule bug, not user input
+        raise ValueError("a rewrite produced a cycle")  # a rule bug, not user input
     return order

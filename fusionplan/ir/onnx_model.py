@@ -96,7 +96,7 @@ def from_onnx(
         resolved = resolve_shapes(model)
     except Exception as exc:
         raise ModelError(f"shape inference failed: {str(exc).splitlines()[0]}") from None
-    types = _elem_types(model)
+    types = _elem_types(resolved.types)
     base_dir = os.path.dirname(os.fspath(path)) if path is not None else ""
     weights = {t.name: _initializer(t, base_dir) for t in graph.initializer}
     opsets = {o.domain or "": o.version for o in model.opset_import}
@@ -324,8 +324,9 @@ INDEX_FIRST_OPS = frozenset({"Where"})  # data type follows input 1 (input 0 is 
 def _propagate_dtypes(
     nodes: list[ModelNode], types: dict[str, str], weights: dict[str, Weight]
 ) -> None:
-    """Element types of node outputs the model does not annotate, in graph order: written
-    back as value_info, a wrong guess (an int64 Shape output called float) breaks the model."""
+    """Element types of node outputs shape inference could not type (contrib ops), in graph
+    order: written back as value_info, a wrong guess (an int64 output called float) breaks
+    the model."""
 
     def of(tensor: str) -> str:
         if tensor in weights:
@@ -354,14 +355,13 @@ def _propagate_dtypes(
                 types[t] = dtype
 
 
-def _elem_types(model: onnx.ModelProto) -> dict[str, str]:
-    """Numpy dtype name of every typed tensor (inputs, outputs, value_info)."""
-    graph = model.graph
+def _elem_types(types: Mapping[str, onnx.TypeProto]) -> dict[str, str]:
+    """Numpy dtype name of every tensor shape inference typed (declared or inferred)."""
     out: dict[str, str] = {}
-    for info in (*graph.input, *graph.output, *graph.value_info):
-        elem = info.type.tensor_type.elem_type
+    for name, t in types.items():
+        elem = t.tensor_type.elem_type
         if elem:
-            out[info.name] = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).name
+            out[name] = _np_name(elem)
     return out
 
 
