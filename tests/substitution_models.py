@@ -8,8 +8,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from fusionplan.passes.substitution.convert import check_equivalence, from_onnx, to_onnx
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import from_onnx, to_onnx
+from fusionplan.ir.onnx_run import check_equivalence
 from fusionplan.passes.substitution.rules.registry import RULES
 
 RNG = np.random.default_rng(0)
@@ -45,7 +46,7 @@ def model(
     return m
 
 
-def apply_everywhere(m: onnx.ModelProto, rule_name: str) -> tuple[SubGraph, int]:
+def apply_everywhere(m: onnx.ModelProto, rule_name: str) -> tuple[ModelGraph, int]:
     """Apply ``rule_name`` until it matches nowhere (at most 50 times); the final graph
     and how many times it applied."""
     rule = RULES.get(rule_name)()
@@ -62,7 +63,7 @@ def apply_everywhere(m: onnx.ModelProto, rule_name: str) -> tuple[SubGraph, int]
 
 def assert_rule_preserves(
     m: onnx.ModelProto, rule_name: str, *, times: int = 1, tolerance: float = 1e-4
-) -> SubGraph:
+) -> ModelGraph:
     """The rule applies exactly ``times`` times to ``m``, and the rewritten model passes
     ``onnx.checker`` and matches the original in onnxruntime to ``tolerance`` (relative)."""
     g, applied = apply_everywhere(m, rule_name)

@@ -15,7 +15,7 @@ from fusionplan.batching.executor import (
     run_program,
     run_unbatched,
 )
-from fusionplan.batching.graph import DataflowGraph, Node
+from fusionplan.batching.graph import CellNode, DataflowGraph
 from fusionplan.batching.layout import (
     FLOAT_BYTES,
     copy_stats,
@@ -100,7 +100,7 @@ def test_batched_execution_equals_node_by_node(name, layout_fn):
 
 
 def test_compile_rejects_a_layout_that_splits_a_batch():
-    graph = DataflowGraph((Node("a"), Node("b"), Node("a")), (0, 0, 0))
+    graph = DataflowGraph((CellNode("a"), CellNode("b"), CellNode("a")), (0, 0, 0))
     batches = [(0, 2), (1,)]
     layout = naive_layout(graph, [(0,), (1,), (2,)], {"a": 1, "b": 1})
     with pytest.raises(ValueError, match="does not give batch rows"):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fusionplan.batching.bounds import lower_bound, optimal_batches, type_path_counts
 from fusionplan.batching.frontier import Frontier
 from fusionplan.batching.fsm import FSMPolicy, QLearningConfig, QTable, train_fsm
-from fusionplan.batching.graph import DataflowGraph, Node, check_schedule
+from fusionplan.batching.graph import CellNode, DataflowGraph, check_schedule
 from fusionplan.batching.policies import AgendaPolicy, DepthPolicy
 from fusionplan.batching.workloads import get_workload
 from fusionplan.ir.errors import ConfigError
@@ -19,38 +19,38 @@ from fusionplan.ir.errors import ConfigError
 
 def chains(lengths: list[int]) -> DataflowGraph:
     """A BiLSTM-shaped graph: embed, a shared zero state, forward and backward chains, tags."""
-    nodes: list[Node] = []
+    nodes: list[CellNode] = []
     inst: list[int] = []
 
-    def add(node: Node, s: int) -> int:
+    def add(node: CellNode, s: int) -> int:
         nodes.append(node)
         inst.append(s)
         return len(nodes) - 1
 
     for s, length in enumerate(lengths):
-        emb = [add(Node("embed", (), 1), s) for _ in range(length)]
-        zero = add(Node("zero"), s)
+        emb = [add(CellNode("embed", (), 1), s) for _ in range(length)]
+        zero = add(CellNode("zero"), s)
         fwd, prev = [], zero
         for i in range(length):
-            prev = add(Node("fwd", (emb[i], prev)), s)
+            prev = add(CellNode("fwd", (emb[i], prev)), s)
             fwd.append(prev)
         bwd: list[int] = [0] * length
         prev = zero
         for i in reversed(range(length)):
-            prev = add(Node("bwd", (emb[i], prev)), s)
+            prev = add(CellNode("bwd", (emb[i], prev)), s)
             bwd[i] = prev
         for i in range(length):
-            add(Node("tag", (fwd[i], bwd[i])), s)
+            add(CellNode("tag", (fwd[i], bwd[i])), s)
     return DataflowGraph(tuple(nodes), tuple(inst))
 
 
 def random_typed_dag(rng: random.Random, n: int, kinds: int) -> DataflowGraph:
     """Random DAG: each node reads 0-2 earlier nodes; arity fixed per type by the type name."""
-    nodes: list[Node] = []
+    nodes: list[CellNode] = []
     for i in range(n):
         arity = min(rng.randint(0, 2), i)
         kind = f"t{arity}{rng.randrange(kinds)}"
-        nodes.append(Node(kind, tuple(rng.sample(range(i), arity))))
+        nodes.append(CellNode(kind, tuple(rng.sample(range(i), arity))))
     return DataflowGraph(tuple(nodes), tuple([0] * n))
 
 
@@ -81,7 +81,13 @@ def test_lower_bound_never_exceeds_the_brute_force_optimum(graph):
 
 def test_optimum_can_exceed_the_bound():
     """Two types in opposite orders on two paths from one source: s-a-b and s-b-a."""
-    nodes = (Node("s"), Node("a", (0,)), Node("b", (0,)), Node("b", (1,)), Node("a", (2,)))
+    nodes = (
+        CellNode("s"),
+        CellNode("a", (0,)),
+        CellNode("b", (0,)),
+        CellNode("b", (1,)),
+        CellNode("a", (2,)),
+    )
     graph = DataflowGraph(nodes, (0,) * 5)
     assert lower_bound(graph) == 3
     assert optimal_batches(graph) == 4

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fusionplan.batching.cells import build_cells
-from fusionplan.batching.graph import DataflowGraph, Node
+from fusionplan.batching.graph import CellNode, DataflowGraph
 from fusionplan.batching.workloads import (
     CLASSES,
     VOCAB,
@@ -97,30 +97,30 @@ def test_related_workloads_draw_the_same_inputs() -> None:
 def test_bilstm_unrolls_a_sentence_by_hand() -> None:
     g = get_workload("bilstm").graph_of([Sentence((5, 6, 7)), Sentence((1, 2))])
     first = [
-        Node("embed", (), 5),  # 0
-        Node("embed", (), 6),  # 1
-        Node("embed", (), 7),  # 2
-        Node("zero"),  # 3
-        Node("lstm_fwd", (0, 3)),  # 4
-        Node("lstm_fwd", (1, 4)),  # 5
-        Node("lstm_fwd", (2, 5)),  # 6
-        Node("lstm_bwd", (2, 3)),  # 7
-        Node("lstm_bwd", (1, 7)),  # 8
-        Node("lstm_bwd", (0, 8)),  # 9
-        Node("tag", (4, 9)),
-        Node("tag", (5, 8)),
-        Node("tag", (6, 7)),
+        CellNode("embed", (), 5),  # 0
+        CellNode("embed", (), 6),  # 1
+        CellNode("embed", (), 7),  # 2
+        CellNode("zero"),  # 3
+        CellNode("lstm_fwd", (0, 3)),  # 4
+        CellNode("lstm_fwd", (1, 4)),  # 5
+        CellNode("lstm_fwd", (2, 5)),  # 6
+        CellNode("lstm_bwd", (2, 3)),  # 7
+        CellNode("lstm_bwd", (1, 7)),  # 8
+        CellNode("lstm_bwd", (0, 8)),  # 9
+        CellNode("tag", (4, 9)),
+        CellNode("tag", (5, 8)),
+        CellNode("tag", (6, 7)),
     ]
     second = [
-        Node("embed", (), 1),  # 13
-        Node("embed", (), 2),  # 14
-        Node("zero"),  # 15
-        Node("lstm_fwd", (13, 15)),  # 16
-        Node("lstm_fwd", (14, 16)),  # 17
-        Node("lstm_bwd", (14, 15)),  # 18
-        Node("lstm_bwd", (13, 18)),  # 19
-        Node("tag", (16, 19)),
-        Node("tag", (17, 18)),
+        CellNode("embed", (), 1),  # 13
+        CellNode("embed", (), 2),  # 14
+        CellNode("zero"),  # 15
+        CellNode("lstm_fwd", (13, 15)),  # 16
+        CellNode("lstm_fwd", (14, 16)),  # 17
+        CellNode("lstm_bwd", (14, 15)),  # 18
+        CellNode("lstm_bwd", (13, 18)),  # 19
+        CellNode("tag", (16, 19)),
+        CellNode("tag", (17, 18)),
     ]
     assert list(g.nodes) == first + second
     assert g.instance == (0,) * 13 + (1,) * 9
@@ -129,12 +129,12 @@ def test_bilstm_unrolls_a_sentence_by_hand() -> None:
 def test_trees_unroll_post_order_by_hand() -> None:
     tree = Branch(Branch(1, 2, variant=1), 3)
     expected = [
-        Node("leaf_lstm", (), 1),  # 0
-        Node("leaf_lstm", (), 2),  # 1
-        Node("tree_lstm", (0, 1)),  # 2
-        Node("leaf_lstm", (), 3),  # 3
-        Node("tree_lstm", (2, 3)),  # 4
-        Node("classify", (4,)),
+        CellNode("leaf_lstm", (), 1),  # 0
+        CellNode("leaf_lstm", (), 2),  # 1
+        CellNode("tree_lstm", (0, 1)),  # 2
+        CellNode("leaf_lstm", (), 3),  # 3
+        CellNode("tree_lstm", (2, 3)),  # 4
+        CellNode("classify", (4,)),
     ]
     assert list(get_workload("treelstm").graph_of([Branch(Branch(1, 2), 3)]).nodes) == expected
     two = get_workload("treelstm2").graph_of([tree]).nodes
@@ -157,28 +157,28 @@ def test_lattice_unrolls_by_hand() -> None:
     # words [0..2] and [1..2] both end at char 2 (the shorter merges first); [2..3] ends at 3
     lattice = Lattice((10, 11, 12, 13), (Word(0, 3, 100), Word(1, 2, 101), Word(2, 2, 102)))
     expected = [
-        Node("zero"),  # 0
-        Node("char_embed", (), 10),  # 1
-        Node("char_cell", (1, 0)),  # 2
-        Node("tag", (2,)),  # 3
-        Node("word_embed", (), 100),  # 4
-        Node("word_cell", (4, 2)),  # 5: word [0..2]
-        Node("char_embed", (), 11),  # 6
-        Node("char_cell", (6, 2)),  # 7
-        Node("tag", (7,)),  # 8
-        Node("word_embed", (), 101),  # 9
-        Node("word_cell", (9, 7)),  # 10: word [1..2]
-        Node("char_embed", (), 12),  # 11
-        Node("char_cell", (11, 7)),  # 12
-        Node("merge", (12, 10)),  # 13: word [1..2]
-        Node("merge", (13, 5)),  # 14: word [0..2]
-        Node("tag", (14,)),  # 15
-        Node("word_embed", (), 102),  # 16
-        Node("word_cell", (16, 14)),  # 17: word [2..3] reads the merged state
-        Node("char_embed", (), 13),  # 18
-        Node("char_cell", (18, 14)),  # 19: the chain goes on from the merged state
-        Node("merge", (19, 17)),  # 20
-        Node("tag", (20,)),  # 21
+        CellNode("zero"),  # 0
+        CellNode("char_embed", (), 10),  # 1
+        CellNode("char_cell", (1, 0)),  # 2
+        CellNode("tag", (2,)),  # 3
+        CellNode("word_embed", (), 100),  # 4
+        CellNode("word_cell", (4, 2)),  # 5: word [0..2]
+        CellNode("char_embed", (), 11),  # 6
+        CellNode("char_cell", (6, 2)),  # 7
+        CellNode("tag", (7,)),  # 8
+        CellNode("word_embed", (), 101),  # 9
+        CellNode("word_cell", (9, 7)),  # 10: word [1..2]
+        CellNode("char_embed", (), 12),  # 11
+        CellNode("char_cell", (11, 7)),  # 12
+        CellNode("merge", (12, 10)),  # 13: word [1..2]
+        CellNode("merge", (13, 5)),  # 14: word [0..2]
+        CellNode("tag", (14,)),  # 15
+        CellNode("word_embed", (), 102),  # 16
+        CellNode("word_cell", (16, 14)),  # 17: word [2..3] reads the merged state
+        CellNode("char_embed", (), 13),  # 18
+        CellNode("char_cell", (18, 14)),  # 19: the chain goes on from the merged state
+        CellNode("merge", (19, 17)),  # 20
+        CellNode("tag", (20,)),  # 21
     ]
     for name in ("latticelstm", "latticegru"):
         assert list(get_workload(name).graph_of([lattice]).nodes) == expected

@@ -1,8 +1,12 @@
 """The layering contract of docs/design.md ("Layers"), checked over the AST of every module.
 
-Every import counts: module level, inside functions, and under ``TYPE_CHECKING``. A module
-may import its own package, anything in a lower layer, and third-party libraries; never a
-higher layer or a sibling package of its own layer. Imports inside functions are allowed
+Every import counts: module level, inside functions, under ``TYPE_CHECKING``, and the
+``"module:attr"`` targets given to ``register_lazy`` and its wrappers (imported when the
+entry is first used).
+A module may import its own package, anything in a lower layer, and third-party libraries;
+never a higher layer or a sibling package of its own layer. Each pass package under
+``fusionplan.passes`` is a package of its own, so two passes cannot import each other; the
+``fusionplan.passes`` module above them composes them. Imports inside functions are allowed
 only for the heavy libraries, and in CLI commands for the modules that load them, each with
 a one-line reason in a comment.
 """
@@ -25,7 +29,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("accel_model",),
     ("fusionplan.planning",),
     ("data",),
-    ("search", "explainers", "fusionplan.passes", "fusionplan.batching"),
+    ("fusionplan.passes.manager",),
+    (
+        "search",
+        "explainers",
+        "fusionplan.passes.substitution",
+        "fusionplan.passes.streams",
+        "fusionplan.batching",
+    ),
+    ("fusionplan.passes",),
     ("fusionplan.app",),
 )
 FACADE = ("fusionplan", "fusionplan.__main__")  # the package front: reaches the app by name
@@ -89,10 +101,25 @@ def imports_of(path: Path) -> list[Import]:
                     anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
                     base = ".".join([*anchor, base] if base else anchor)
                 found.append(Import(name, base, child.lineno, in_function))
+            elif (lazy := _lazy_target(child)) is not None:
+                found.append(Import(name, lazy, child.lineno, False))
             visit(child, inner)
 
     visit(tree, False)
     return found
+
+
+def _lazy_target(node: ast.AST) -> str | None:
+    """The module of a ``"module:attr"`` string passed to a call (``register_lazy`` and the
+    helpers that wrap it), if the module is one of ours; else None."""
+    if not isinstance(node, ast.Call):
+        return None
+    for arg in node.args:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            module, sep, attr = arg.value.partition(":")
+            if sep and attr.isidentifier() and module.split(".")[0] in OURS:
+                return module
+    return None
 
 
 def layer_of(module: str) -> tuple[int, str] | None:
@@ -156,6 +183,12 @@ def test_checker_catches_an_upward_sideways_and_lazy_import(tmp_path, monkeypatc
     )
     (tmp_path / "search").mkdir()
     (tmp_path / "search" / "bad.py").write_text("import explainers.gin  # sideways\n")
+    passes = tmp_path / "fusionplan" / "passes"
+    (passes / "streams").mkdir(parents=True)
+    (passes / "streams" / "bad.py").write_text(
+        "from fusionplan.passes.substitution.cost import GraphCost\n"
+        "REG.register_lazy('x', 'fusionplan.batching.cells:Cell', help='')\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     found = "\n".join(violations())
     assert "fusionplan/ir/bad.py:1: fusionplan.ir.bad imports search.problem, a higher layer" in (
@@ -164,13 +197,24 @@ def test_checker_catches_an_upward_sideways_and_lazy_import(tmp_path, monkeypatc
     assert "fusionplan/ir/bad.py:3: import of numpy inside a function" in found
     assert "fusionplan/ir/bad.py:4: function-level import of torch has no reason" in found
     assert "search/bad.py:1: search.bad imports explainers.gin, a sibling package" in found
+    streams = "fusionplan/passes/streams/bad.py"
+    assert (
+        f"{streams}:1: fusionplan.passes.streams.bad imports "
+        "fusionplan.passes.substitution.cost, a sibling package"
+    ) in found
+    assert (
+        f"{streams}:2: fusionplan.passes.streams.bad imports fusionplan.batching.cells, "
+        "a sibling package"
+    ) in found
 
 
 @pytest.mark.parametrize(
     ("module", "layer"),
     [("fusionplan.ir.graph", 0), ("fusionplan.engines.local", 1), ("accel_model.brr", 2),
-     ("search.exact", 5),
-     ("fusionplan.app.cli", 6), ("fusionplan", None)],
+     ("fusionplan.passes.manager", 5), ("search.exact", 6),
+     ("fusionplan.passes.streams.measure", 6), ("fusionplan.passes.substitution", 6),
+     ("fusionplan.batching.graph", 6), ("fusionplan.passes", 7),
+     ("fusionplan.app.cli", 8), ("fusionplan", None)],
 )  # fmt: skip
 def test_layer_of(module, layer):
     found = layer_of(module)

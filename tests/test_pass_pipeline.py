@@ -18,6 +18,8 @@ import pytest
 from fusionplan.app import api
 from fusionplan.app.cli import main
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import from_onnx
 from fusionplan.passes import PASSES
 from fusionplan.passes.manager import (
     STATIC_SHAPES,
@@ -31,8 +33,6 @@ from fusionplan.passes.manager import (
     make_context,
     parse_option_items,
 )
-from fusionplan.passes.substitution.convert import from_onnx
-from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.planning.plan import Plan
 from tests.onnx_builders import dynamic_batch, residual_block, save
 
@@ -69,7 +69,7 @@ class CountOps(ModelPass):
     Options = CountOptions
     needs = frozenset({STATIC_SHAPES})
 
-    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+    def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
         n = sum(node.op == self.options.op for node in graph.nodes.values())
         report = CountReport(self.options.op, n * self.options.scale)
         return PassResult(graph, False, report, report.summary())
@@ -83,9 +83,9 @@ class Copy(ModelPass):
     rewrites = True
     keeps = frozenset({STATIC_SHAPES})
 
-    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+    def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
         g = graph
-        copy = SubGraph(g.nodes.values(), g.tensors, g.weights, g.inputs, g.outputs,
+        copy = ModelGraph(g.nodes.values(), g.tensors, g.weights, g.inputs, g.outputs,
                         opsets=g.opsets, name=g.name)  # fmt: skip
         return PassResult(copy, True, CountReport("any", len(copy)), "copied")
 
@@ -96,7 +96,7 @@ class ReadsSchedule(ModelPass):
     name = "reads-schedule"
     needs = frozenset({STREAM_SCHEDULE})
 
-    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+    def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
         streams = len(context.artifact(STREAM_SCHEDULE).streams)
         return PassResult(graph, False, CountReport("stream", streams), f"{streams} streams")
 
@@ -106,7 +106,7 @@ class Buffer(ModelPass):
 
     name = "buffer"
 
-    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+    def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
         assert context.accelerator is not None
         report = CountReport("buffer bytes", context.accelerator.buffer_bytes)
         return PassResult(graph, False, report, report.summary())

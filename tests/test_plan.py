@@ -338,7 +338,7 @@ def test_annotate_onnx(builder, tmp_path: Path):
     dst = plan.annotate_onnx(src, tmp_path / "out" / "annotated.onnx")
     onnx.checker.check_model(str(dst))
     annotated = onnx.load(str(dst))
-    from fusionplan.ir.onnx_import import onnx_node_names
+    from fusionplan.ir.onnx_model import onnx_node_names
 
     tags = {}
     for node, name in zip(annotated.graph.node, onnx_node_names(annotated.graph), strict=True):

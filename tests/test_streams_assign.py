@@ -19,6 +19,7 @@ import pytest
 
 from data.synthetic import randwire
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.onnx_model import from_onnx
 from fusionplan.passes.streams.assign import (
     StreamAssignment,
     assign_streams,
@@ -27,7 +28,6 @@ from fusionplan.passes.streams.assign import (
 )
 from fusionplan.passes.streams.dag import OpDag, bits
 from fusionplan.passes.streams.simulate import simulate
-from fusionplan.passes.substitution.convert import from_onnx
 
 EPS = 1e-9
 
@@ -556,7 +556,7 @@ def test_assignment_does_not_depend_on_the_hash_seed() -> None:
         "from data.synthetic import nasnet_cells\n"
         "from fusionplan.passes.streams.assign import assign_streams\n"
         "from fusionplan.passes.streams.dag import OpDag\n"
-        "from fusionplan.passes.substitution.convert import from_onnx\n"
+        "from fusionplan.ir.onnx_model import from_onnx\n"
         "dag = OpDag.from_graph(from_onnx(nasnet_cells(cells=2, channels=8, size=8)))\n"
         "a = assign_streams(dag)\n"
         "print(a.stream_of, a.events)\n"

@@ -82,8 +82,9 @@ def test_a_symbolic_batch_is_fixed_with_input_shape(tmp_path: Path) -> None:
     proc = run_bin("streams", model, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "fusionplan: error: streams: tensor 'x' has no static shape: it is a graph input with "
-        "symbolic dimensions (N, 4, 8, 8); give it one, e.g. --input-shape x=1x4x8x8"
+        "fusionplan: error: streams: tensor 'x' has a dynamic or unknown shape: it is a graph "
+        "input with symbolic dimensions (N, 4, 8, 8); give it a static shape, e.g. --input-shape "
+        "x=1x4x8x8 (API: input_shapes={'x': (...)})"
     ]
     report = json.loads(invoke("streams", model, "--input-shape", "x=1x4x8x8", "--json").output)
     assert report["ops"] == 2

@@ -20,25 +20,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 from data.synthetic import nasnet_cells, randwire
 from fusionplan.ir.errors import ConfigError
-from fusionplan.passes import PASSES
-from fusionplan.passes.manager import STREAM_SCHEDULE, make_context
+from fusionplan.ir.onnx_model import from_onnx, to_onnx
+from fusionplan.ir.onnx_run import max_relative_error, ort_session
 from fusionplan.passes.streams.assign import assign_streams
 from fusionplan.passes.streams.dag import OpDag
 from fusionplan.passes.streams.execute import ThreadStreams
 from fusionplan.passes.streams.measure import feeds_for, measure_cuda, stream_latency
 from fusionplan.passes.streams.pipeline import (
-    StreamsOptions,
+    METADATA_KEY,
     StreamsPass,
     StreamsRequest,
     schedule_streams,
 )
-from fusionplan.passes.streams.program import TorchProgram, fold_constants
-from fusionplan.passes.substitution.convert import (
-    from_onnx,
-    max_relative_error,
-    ort_session,
-    to_onnx,
-)
+from fusionplan.passes.streams.program import TorchProgram, check_schedulable
 
 torch = pytest.importorskip("torch")
 
@@ -179,39 +173,29 @@ def run_with_timeout(fn, timeout: float = RUN_TIMEOUT_S):
 
 # ----------------------------------------------------------------------------- folding
 @pytest.mark.parametrize("build", [resize_model, reshape_model], ids=["resize", "reshape"])
-def test_fold_constants_removes_the_shape_chain_and_keeps_the_outputs(build):
+def test_the_imported_graph_has_no_shape_chain_and_keeps_the_outputs(build):
     model = build()
     g = from_onnx(model)
-    assert set(SHAPE_CHAIN) <= set(g.nodes)
-    folded = fold_constants(g)
-    assert not set(SHAPE_CHAIN) & set(folded.nodes)
-    assert set(folded.nodes) == set(g.nodes) - set(SHAPE_CHAIN)
-    assert len(folded) == len(g) - 3
-    # the computed size/shape operand is now a weight with the right value
-    target = "sizes" if "resize" in folded.nodes else "target"
+    assert not set(SHAPE_CHAIN) & set(g.nodes)
+    assert len(g) == len(model.graph.node) - 3
+    # the computed size/shape operand is a weight with the right value
+    target = "sizes" if "resize" in g.nodes else "target"
     expected = [1, 4, 8, 8] if target == "sizes" else [1, 4, -1]
-    assert folded.weights[target].array.tolist() == expected
-    assert target not in folded.tensors
+    assert g.weights[target].array.tolist() == expected
+    assert target not in g.tensors
     # intermediates of the chain are gone; operands only the chain read are dropped
     for gone in ("s", "nc", "st", "en"):
-        assert gone not in folded.weights and gone not in folded.tensors
-    # folding again finds nothing more: the same graph back
-    assert fold_constants(folded) is folded
+        assert gone not in g.weights and gone not in g.tensors
     # still computes what the original computes
     feeds = feeds_for(g)
     ref = ort_outputs(model, feeds)
-    got = ort_outputs(to_onnx(folded), feeds)
+    got = ort_outputs(to_onnx(g), feeds)
     assert max_relative_error(ref, got) < 1e-6
-    # and the torch program of the folded graph runs it
-    assert max_relative_error(ref, TorchProgram(folded).run(feeds)) < 1e-4
+    # and the torch program of the graph runs it
+    assert max_relative_error(ref, TorchProgram(g).run(feeds)) < 1e-4
 
 
-def test_fold_constants_without_constants_returns_the_graph():
-    g = from_onnx(conv_pool_gemm_model())
-    assert fold_constants(g) is g
-
-
-def test_fold_constants_refuses_a_constant_graph_output():
+def test_a_constant_graph_output_is_refused():
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
         helper.make_node("Shape", ["r"], ["s"], name="shape"),
@@ -227,7 +211,7 @@ def test_fold_constants_refuses_a_constant_graph_output():
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ConfigError, match="graph output is a constant"):
-        fold_constants(from_onnx(model))
+        check_schedulable(from_onnx(model))
 
 
 # ----------------------------------------------------------------------------- program
@@ -238,7 +222,7 @@ def test_fold_constants_refuses_a_constant_graph_output():
 )
 def test_torch_program_matches_onnxruntime(build):
     model = build()
-    g = fold_constants(from_onnx(model))
+    g = from_onnx(model)
     feeds = feeds_for(g, seed=3)
     program = TorchProgram(g)
     assert [op.name for op in program.ops] == list(OpDag.from_graph(g).names)
@@ -273,7 +257,7 @@ def test_torch_program_needs_every_input():
 
 # ----------------------------------------------------------------------------- threads
 def program_and_dag(build) -> tuple[TorchProgram, OpDag, dict[str, np.ndarray]]:
-    g = fold_constants(from_onnx(build()))
+    g = from_onnx(build())
     return TorchProgram(g), OpDag.from_graph(g), feeds_for(g, seed=1)
 
 
@@ -453,27 +437,33 @@ def test_schedule_streams_rejects_an_unknown_executor():
         schedule_streams(small_randwire(), StreamsRequest(execute="tpu"))  # type: ignore[arg-type]
 
 
-def test_streams_pass_provides_its_schedule_and_keeps_the_graph():
-    graph = from_onnx(reshape_model())
-    context = make_context(PASSES, ["streams"])
-    result = StreamsPass().run(graph, context)
-    assert result.graph is graph and not result.modified  # an analysis: the graph as it was
-    schedule = result.artifacts[STREAM_SCHEDULE]
-    scheduled = {n.name for n in reshape_model().graph.node} - set(SHAPE_CHAIN)
-    placed = [op for ops in schedule.streams for op in ops]
-    assert sorted(placed) == sorted(scheduled)  # every op on exactly one stream
-    stream_of = {op: s for s, ops in enumerate(schedule.streams) for op in ops}
-    assert len(schedule.streams) == result.report.streams >= 2  # Relu, Conv, Sigmoid of x
-    for u, v in schedule.events:
-        assert stream_of[u] != stream_of[v]
-    assert len(schedule.events) == result.report.events
-    assert schedule.bound_s <= schedule.makespan_s <= schedule.sequential_s
-    assert f"{len(schedule.streams)} streams" in result.headline
-    assert schedule.to_json()["streams"] == [list(ops) for ops in schedule.streams]
-    one = StreamsPass(StreamsOptions(max_streams=1)).run(graph, context)
-    single = one.artifacts[STREAM_SCHEDULE]
-    assert len(single.streams) == 1 and single.events == ()
-    assert single.makespan_s == pytest.approx(single.sequential_s)
+def test_streams_pass_annotates_metadata_and_keeps_the_graph():
+    model = reshape_model()
+    model.metadata_props.add(key="author", value="tests")
+    snapshot = model.SerializeToString()
+    annotated, report = StreamsPass().run(model)
+    assert model.SerializeToString() == snapshot  # the input is left alone
+    assert annotated.graph.SerializeToString() == model.graph.SerializeToString()
+    props = {p.key: p.value for p in annotated.metadata_props}
+    assert props["author"] == "tests"
+    schedule = json.loads(props[METADATA_KEY])
+    scheduled = {n.name for n in model.graph.node} - set(SHAPE_CHAIN)
+    assert set(schedule["streams"]) == scheduled
+    streams = set(schedule["streams"].values())
+    assert streams == set(range(report["streams"]))
+    assert report["streams"] >= 2  # Relu, Conv and Sigmoid of x can run at once
+    assert all(isinstance(s, int) for s in streams)
+    for u, v in schedule["events"]:
+        assert u in scheduled and v in scheduled
+        assert schedule["streams"][u] != schedule["streams"][v]
+    assert len(schedule["events"]) == report["events"]
+    assert "streams" in report["summary"] and "events" in report["summary"]
+    # a second run replaces the schedule rather than adding another
+    again, _ = StreamsPass(max_streams=1).run(annotated)
+    entries = [p.value for p in again.metadata_props if p.key == METADATA_KEY]
+    assert len(entries) == 1
+    assert set(json.loads(entries[0])["streams"].values()) == {0}
+    assert json.loads(entries[0])["events"] == []
 
 
 def test_stream_latency_on_cpu_is_positive():
@@ -490,7 +480,7 @@ def test_execute_cuda_without_a_gpu_is_a_config_error():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_measure_cuda_streams_match_eager():
-    g = fold_constants(from_onnx(small_nasnet()))
+    g = from_onnx(small_nasnet())
     dag = OpDag.from_graph(g)
     assignment = assign_streams(dag)
     assert assignment.num_streams > 1

@@ -6,8 +6,8 @@ from collections import Counter
 
 from onnx import helper
 
-from fusionplan.passes.substitution.convert import from_onnx
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import from_onnx
 from fusionplan.passes.substitution.rules import algebraic  # noqa: F401  (registers the rules)
 from fusionplan.passes.substitution.rules.registry import RULES
 from tests.substitution_models import assert_rule_preserves, int_const, model, weight
@@ -15,7 +15,7 @@ from tests.substitution_models import assert_rule_preserves, int_const, model, w
 node = helper.make_node
 
 
-def ops(g: SubGraph) -> Counter[str]:
+def ops(g: ModelGraph) -> Counter[str]:
     return Counter(n.op for n in g.nodes.values())
 
 

@@ -10,8 +10,9 @@ import onnx
 import pytest
 from onnx import helper
 
-from fusionplan.passes.substitution.convert import check_equivalence, to_onnx
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import to_onnx
+from fusionplan.ir.onnx_run import check_equivalence
 from fusionplan.passes.substitution.rules import (
     fusion,  # noqa: F401  (registers fuse-conv-activation, used to build FusedConv models)
     merge,  # noqa: F401  (registers the rules under test)
@@ -27,7 +28,7 @@ FUSED_CONV = "com.microsoft.FusedConv"
 X = {"x": (1, 4, 8, 8)}
 
 
-def ops(g: SubGraph) -> Counter[str]:
+def ops(g: ModelGraph) -> Counter[str]:
     return Counter(n.op for n in g.nodes.values())
 
 
@@ -41,7 +42,7 @@ def fused(m: onnx.ModelProto) -> onnx.ModelProto:
     return to_onnx(g)
 
 
-def in_turn(m: onnx.ModelProto, *steps: tuple[str, int]) -> SubGraph:
+def in_turn(m: onnx.ModelProto, *steps: tuple[str, int]) -> ModelGraph:
     """Apply each rule as often as it matches (checking the count), then check the end
     result against ``m``."""
     current = m

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 
 from accel_model.latency import make_latency_model
-from fusionplan.passes.substitution.convert import check_equivalence, from_onnx, to_onnx
+from fusionplan.ir.onnx_model import from_onnx, to_onnx
+from fusionplan.ir.onnx_run import check_equivalence
 from fusionplan.passes.substitution.cost import GraphCost
 from fusionplan.passes.substitution.pipeline import SubstitutionRequest, substitute
 from fusionplan.passes.substitution.rules import make_rules
-from fusionplan.passes.substitution.search import SEARCHES, Problem
-from fusionplan.passes.substitution.search.base import Candidate
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES, Problem
+from fusionplan.passes.substitution.search.base import RewriteCandidate
 from fusionplan.passes.substitution.search.ocggs import DynamicProgramming, Pruning
 from fusionplan.passes.substitution.search.split import flow_split
 from tests.substitution_models import inception_block, mlp
@@ -23,7 +24,7 @@ def problem(budget: int = 100_000) -> Problem:
     return Problem(make_rules(), COST, budget)
 
 
-def brute_force(p: Problem, cand: Candidate, depth: int) -> float:
+def brute_force(p: Problem, cand: RewriteCandidate, depth: int) -> float:
     """Cheapest cost over every sequence of at most ``depth`` substitutions, no pruning."""
     best = cand.cost
     if depth == 0:
@@ -55,7 +56,7 @@ def test_canonical_order_visits_fewer_graphs_than_brute_force() -> None:
     assert pruned.generated < counted.generated
 
 
-@pytest.mark.parametrize("name", SEARCHES.names())
+@pytest.mark.parametrize("name", REWRITE_SEARCHES.names())
 def test_every_search_returns_an_equivalent_cheaper_graph(name: str) -> None:
     m = inception_block()
     result = substitute(m, SubstitutionRequest(search=name, budget=400, depth=2))
@@ -69,7 +70,7 @@ def test_every_search_returns_an_equivalent_cheaper_graph(name: str) -> None:
 def test_budget_caps_graphs_built() -> None:
     graph = from_onnx(inception_block())
     assert len(problem().matches(graph)) > 3
-    result = SEARCHES.get("taso")().run(problem(budget=3), graph)
+    result = REWRITE_SEARCHES.get("taso")().run(problem(budget=3), graph)
     assert result.generated == 3
 
 
@@ -95,7 +96,7 @@ def test_steps_found_on_parts_replay_on_the_whole_graph() -> None:
     steps = []
     for part in parts:
         sub = p.fork(1000)
-        best = SEARCHES.get("taso")().explore(sub, sub.start(graph.subgraph(part)))
+        best = REWRITE_SEARCHES.get("taso")().explore(sub, sub.start(graph.subgraph(part)))
         steps.extend(best.steps)
     stitched = p.replay(root, steps)
     assert len(stitched.steps) == len(steps) > 0
@@ -137,7 +138,7 @@ def test_guard_drops_the_rule_family_that_slows_the_device() -> None:
     graph = from_onnx(inception_block())
     p = problem()
     root = p.start(graph)
-    best = SEARCHES.get("taso")().explore(p, root)
+    best = REWRITE_SEARCHES.get("taso")().explore(p, root)
     rules_used = {s.rule for s in best.steps}
     assert "merge-sibling-convs" in rules_used and len(rules_used) > 1
 
@@ -156,9 +157,10 @@ def test_guard_drops_the_rule_family_that_slows_the_device() -> None:
     assert guard(p, root, best, always_slower).chosen is root
 
 
-def test_int64_tensors_and_tensor_attributes_survive_the_round_trip() -> None:
+def test_a_static_shape_chain_is_folded_at_import_and_the_rewrite_runs() -> None:
     """A Shape (int64 output, no value_info) feeding ConstantOfShape (a tensor attribute)
-    beside a fusable conv: the rewritten model keeps both and runs in onnxruntime."""
+    beside a fusable conv: the importer folds the chain into one float weight (the shape is
+    static), so the rewritten model reads it as an initializer and runs in onnxruntime."""
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -179,5 +181,7 @@ def test_int64_tensors_and_tensor_attributes_survive_the_round_trip() -> None:
     )
     result = substitute(m, SubstitutionRequest(search="taso"))
     assert result.report.steps
-    assert {n.op_type for n in result.model.graph.node} >= {"Shape", "ConstantOfShape"}
+    assert {n.op_type for n in result.model.graph.node}.isdisjoint({"Shape", "ConstantOfShape"})
+    half = {t.name: numpy_helper.to_array(t) for t in result.model.graph.initializer}["half"]
+    assert half.shape == (1, 3, 4, 4) and half.dtype == np.float32 and (half == 0.5).all()
     assert check_equivalence(m, result.model).ok

@@ -10,7 +10,7 @@ import pytest
 from networkx.algorithms import bipartite
 
 from data.synthetic import SYNTHETIC, nasnet_cells, randwire, watts_strogatz_dag
-from fusionplan.passes.substitution.convert import from_onnx
+from fusionplan.ir.onnx_model import from_onnx
 
 # Small spatial size keeps onnxruntime fast; the graph structure does not depend on it.
 BUILDERS = {

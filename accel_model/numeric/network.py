@@ -17,15 +17,16 @@ from functools import cached_property
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from accel_model.numeric.kernels import run_onnx_op
 from accel_model.numeric.layout import Layout
 from fusionplan.ir.errors import ModelError
 from fusionplan.ir.graph import OpGraph
-from fusionplan.ir.onnx_import import PARAM_INPUT_OPS, _Importer, onnx_node_names
-from fusionplan.ir.shapes import Dims, resolve_shapes
+from fusionplan.ir.lowering import PARAM_INPUT_OPS, Lowering
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import from_onnx, node_proto
+from fusionplan.ir.shapes import Dims
 
 Chw = np.ndarray
 """A float64 array of one tensor in its ``(C, H, W)`` layout."""
@@ -41,7 +42,6 @@ class NumericGraph:
     ``constants``: the value of every constant an op reads. ``shapes``: ONNX dims by name.
     """
 
-    model: onnx.ModelProto
     graph: OpGraph
     layouts: tuple[Layout, ...]
     onnx_nodes: tuple[onnx.NodeProto, ...]
@@ -57,36 +57,32 @@ class NumericGraph:
     @staticmethod
     def from_model(model: onnx.ModelProto, name: str = "model") -> NumericGraph:
         """Import ``model`` (static shapes, batch 1) as :func:`graph_from_proto` does and
-        keep the row axes, view sources and folds the importer decided."""
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        shapes = resolve_shapes(copy)
-        importer = _Importer(copy, name, False, shapes)
-        graph = importer.run()
+        keep the row axes, view sources and folds the lowering decided."""
+        ir = from_onnx(model, require_shapes=False)
+        lowering = Lowering(ir, name, False)
+        graph = lowering.run()
+        shapes = lowering.shapes
         layouts = []
         for t in graph.tensors:
-            layout = Layout.of(shapes[t.name], importer.rows.get(t.name))
+            layout = Layout.of(shapes[t.name], lowering.rows.get(t.name))
             if layout.shape != t.shape:
                 raise ModelError(f"tensor '{t.name}': layout {layout.shape} is not {t.shape}")
             layouts.append(layout)
-        by_name = dict(zip(onnx_node_names(copy.graph), copy.graph.node, strict=True))
-        onnx_nodes = tuple(by_name[n.name] for n in graph.nodes)
+        onnx_nodes = tuple(node_proto(ir.nodes[n.name]) for n in graph.nodes)
         tensor_index = {t.name: i for i, t in enumerate(graph.tensors)}
         kept = {n.name for n in graph.nodes}
         folded: dict[int, list[onnx.NodeProto]] = {}
-        for name_, node in by_name.items():
-            if node.op_type == "BatchNormalization" and name_ not in kept:
-                source = importer._resolve(node.input[0])
-                if source in tensor_index and node.output[0] in importer.alias:
+        for node in ir.nodes.values():
+            if node.op_type == "BatchNormalization" and node.name not in kept:
+                source = lowering.resolve(node.inputs[0])
+                if source in tensor_index and node.outputs[0] in lowering.alias:
                     producer = graph.tensors[tensor_index[source]].producer
-                    folded.setdefault(producer, []).append(node)
-        names = {i for n in copy.graph.node for i in [*n.input, *n.output] if i}
-        names |= {vi.name for vi in copy.graph.input}
-        sources = {i: importer._resolve(i) for i in names}
-        opset = next((o.version for o in copy.opset_import if o.domain in ("", "ai.onnx")), 1)
-        constants = _constants(copy, importer.const_elems, shapes, opset)
+                    folded.setdefault(producer, []).append(node_proto(node))
+        names = {t for n in ir.nodes.values() for t in [*n.inputs, *n.outputs] if t}
+        sources = {t: lowering.resolve(t) for t in names | set(ir.inputs)}
+        opset = lowering.opset()
+        constants = _constants(ir, lowering.const_elems, shapes)
         return NumericGraph(
-            copy,
             graph,
             tuple(layouts),
             onnx_nodes,
@@ -228,30 +224,28 @@ class NumericGraph:
 
 
 def _constants(
-    model: onnx.ModelProto,
+    ir: ModelGraph,
     const_names: Mapping[str, int],
-    shapes: Mapping[str, Dims | None],
-    opset: int,
+    shapes: Mapping[str, Dims],
 ) -> dict[str, np.ndarray]:
-    """Every constant of the model by name: initializers, Constant nodes, and the outputs of
-    the constant and shape subgraphs the importer removed, evaluated in graph order (a
-    Shape or Size from its input's static dims)."""
-    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    opsets = {o.domain or "": o.version for o in model.opset_import}
-    for node in model.graph.node:
-        outs = [o for o in node.output if o]
+    """Every constant of the model by name: its weights (folded constants included) and the
+    outputs of the constant and shape subgraphs the importer could not fold and lowering
+    removed, evaluated in graph order (a Shape or Size from its input's static dims)."""
+    values = {name: w.array for name, w in ir.weights.items()}
+    opsets = dict(ir.opsets)
+    for node in ir.nodes.values():
+        outs = [o for o in node.outputs if o]
         if not outs or not all(o in const_names for o in outs):
             continue
         if node.op_type in ("Shape", "Size"):
-            dims = shapes[node.input[0]]
+            dims = shapes[node.inputs[0]]
             if node.op_type == "Size":
                 values[outs[0]] = np.array(math.prod(dims), np.int64)
             else:
-                ints = {a.name: a.i for a in node.attribute}
-                window = dims[ints.get("start", 0) : ints.get("end", len(dims))]
+                window = dims[node.attr("start", 0) : node.attr("end", len(dims))]
                 values[outs[0]] = np.array(window, np.int64)
             continue
-        feeds = {i: values[i] for i in node.input if i}
-        results = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
-        values.update((o, np.asarray(r)) for o, r in zip(node.output, results, strict=False) if o)
+        feeds = {i: values[i] for i in node.inputs if i}
+        results = ReferenceEvaluator(node_proto(node), opsets=opsets).run(None, feeds)
+        values.update((o, np.asarray(r)) for o, r in zip(node.outputs, results, strict=False) if o)
     return values

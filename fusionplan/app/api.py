@@ -24,6 +24,12 @@ from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.onnx_import import graph_from_proto
+from fusionplan.ir.onnx_model import (
+    from_onnx,
+    load_onnx,
+    to_onnx,
+    with_input_shapes,
+)
 from fusionplan.passes import PASSES
 from fusionplan.passes.manager import (
     OptionSource,
@@ -35,18 +41,12 @@ from fusionplan.passes.manager import (
 from fusionplan.passes.streams.pipeline import StreamsRequest, StreamsResult
 from fusionplan.passes.streams.pipeline import schedule_streams as run_streams
 from fusionplan.passes.streams.simulate import EVENT_S
-from fusionplan.passes.substitution.convert import (
-    from_onnx,
-    load_onnx,
-    to_onnx,
-    with_input_shapes,
-)
 from fusionplan.passes.substitution.pipeline import (
     SubstitutionRequest,
     SubstitutionResult,
 )
 from fusionplan.passes.substitution.pipeline import substitute as run_substitution
-from fusionplan.passes.substitution.search import SEARCHES
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 from fusionplan.planning.plan import Plan
@@ -168,7 +168,7 @@ def substitute(
     """Rewrite ``model`` (ONNX path, zoo name or ModelProto) into a cheaper equivalent graph
     under an op-latency model; ``result.model`` is the ONNX, ``result.report`` what changed.
     ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``)."""
-    SEARCHES.check(search)
+    REWRITE_SEARCHES.check(search)
     LATENCY_MODELS.check(device)
     request = SubstitutionRequest(
         search=search,

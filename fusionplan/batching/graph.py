@@ -18,7 +18,7 @@ from fusionplan.ir.errors import ConfigError
 
 
 @dataclass(frozen=True)
-class Node:
+class CellNode:
     """One cell invocation: its type, the producer of each operand slot, its external input."""
 
     type: str
@@ -30,7 +30,7 @@ class Node:
 class DataflowGraph:
     """The dataflow graph of one mini-batch: the union of every input's graph."""
 
-    nodes: tuple[Node, ...]
+    nodes: tuple[CellNode, ...]
     instance: tuple[int, ...]  # which input of the mini-batch each node belongs to
     name: str = ""
 

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
-from fusionplan.batching.graph import DataflowGraph, Node
+from fusionplan.batching.graph import CellNode, DataflowGraph
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.registry import Registry
 
@@ -152,12 +152,12 @@ class _Builder:
     """Appends nodes in creation order, which every workload makes topological."""
 
     def __init__(self) -> None:
-        self.nodes: list[Node] = []
+        self.nodes: list[CellNode] = []
         self.instance: list[int] = []
         self.input = 0
 
     def add(self, type: str, args: tuple[int, ...] = (), token: int = -1) -> int:
-        self.nodes.append(Node(type, args, token))
+        self.nodes.append(CellNode(type, args, token))
         self.instance.append(self.input)
         return len(self.nodes) - 1
 

@@ -12,6 +12,9 @@ of a statically shaped tensor) with onnx's reference evaluator, and re-infers ea
 an unknown output from its now known inputs, constant ones passed as data. The model itself
 is not changed (node names and order stay those of the file).
 
+Rewrites: :func:`output_shapes` gives the output shapes of the ops substitution rules emit,
+so a rewritten graph's tensors are known without another inference.
+
 Row axes: the cost models stream tensors row by row, so the importer must know which axis of
 each tensor is the row axis. :func:`row_axes` seeds it from the ops that define a layout
 (spatial ops read axis 1 as channels and slide along axis 2) and carries it through
@@ -22,12 +25,16 @@ the exporter moves it (PyTorch's attention runs sequence-first: (T, 1, D)).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+
+if TYPE_CHECKING:
+    from fusionplan.ir.model import ModelNode
 
 Dims = tuple[int, ...]
 
@@ -76,8 +83,16 @@ def static_dims(type_proto: onnx.TypeProto) -> Dims | None:
     return tuple(dims)
 
 
-def resolve_shapes(model: onnx.ModelProto) -> dict[str, Dims | None]:
-    """Static dims of every tensor of ``model`` by name (None where still unknown).
+class Resolved(NamedTuple):
+    """What shape resolution learnt about a model's tensors, by name."""
+
+    shapes: dict[str, Dims | None]  # static dims (None where still unknown)
+    types: dict[str, onnx.TypeProto]  # every tensor onnx could type
+    values: dict[str, np.ndarray]  # the small constants it evaluated on the way
+
+
+def resolve_shapes(model: onnx.ModelProto) -> Resolved:
+    """Static dims, types and the small constant values of the tensors of ``model``.
 
     One whole-model inference first; if it leaves node outputs unknown, one pass in graph
     order folds each constant node and re-infers each node with an unknown output from its
@@ -95,16 +110,16 @@ def resolve_shapes(model: onnx.ModelProto) -> dict[str, Dims | None]:
             typed.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
     types = _infer(model, consts, typed)
     shapes = {name: static_dims(t) for name, t in types.items()}
-    if all(shapes.get(o) is not None for n in graph.node for o in n.output if o):
-        return shapes
     values = {name: numpy_helper.to_array(t) for name, t in consts.items()}
+    if all(shapes.get(o) is not None for n in graph.node for o in n.output if o):
+        return Resolved(shapes, types, values)
     opsets = {o.domain or "": o.version for o in model.opset_import}
     needed = _needed_constants(graph.node, shapes, set(consts))
     for node in graph.node:
         outs = [o for o in node.output if o]
         folded = None
         if any(o in needed for o in outs):
-            folded = _evaluate(node, values, shapes, opsets)
+            folded = evaluate_node(node, values, shapes, opsets)
         if folded is not None and set(folded) == set(outs):
             if all(v.size <= FOLD_LIMIT for v in folded.values()):
                 values.update(folded)
@@ -118,7 +133,7 @@ def resolve_shapes(model: onnx.ModelProto) -> dict[str, Dims | None]:
             for name, t in _infer_node(model, node, types, values).items():
                 if static_dims(t) is not None:
                     shapes[name], types[name] = static_dims(t), t
-    return shapes
+    return Resolved(shapes, types, values)
 
 
 def _needed_constants(
@@ -197,7 +212,7 @@ def _infer_node(
         return {}
 
 
-def _evaluate(
+def evaluate_node(
     node: onnx.NodeProto,
     values: Mapping[str, np.ndarray],
     shapes: Mapping[str, Dims | None],
@@ -234,9 +249,78 @@ def _evaluate(
     return arrays if all(a.dtype.kind in "biuf" for a in arrays.values()) else None
 
 
+# ------------------------------------------------------------------ rewritten ops
+REWRITE_UNARY = frozenset(
+    {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Erf"}
+)
+
+
+def output_shapes(
+    node: ModelNode,
+    shape: Callable[[str], Dims],
+    value: Callable[[str], tuple[int, ...] | None],
+) -> list[Dims]:
+    """The shape of each output of ``node``, one of the ops rewrite rules emit, without
+    re-running onnx's inference on every candidate graph (a search makes thousands);
+    ``shape`` and ``value`` read its inputs. Another op is a rule bug, reported as such."""
+    op = node.op.rpartition(".")[2]
+    ins = [shape(t) if t else () for t in node.inputs]
+    if op in REWRITE_UNARY:
+        return [ins[0]]
+    if op in ("Conv", "FusedConv"):
+        return [conv_shape(node, ins[0], ins[1])]
+    if op in ("Gemm", "FusedGemm"):
+        rows = ins[0][1] if node.attr("transA", 0) else ins[0][0]
+        cols = ins[1][0] if node.attr("transB", 0) else ins[1][1]
+        return [(rows, cols)]
+    if op == "MatMul":
+        a, b = ins
+        batch = broadcast(a[:-2], b[:-2]) if len(a) > 2 or len(b) > 2 else ()
+        return [(*batch, a[-2], b[-1])]
+    if op == "Concat":
+        axis = _axis(node.attr("axis"), len(ins[0]))
+        out = list(ins[0])
+        out[axis] = sum(s[axis] for s in ins)
+        return [tuple(out)]
+    if op == "Split":
+        axis = _axis(node.attr("axis", 0), len(ins[0]))
+        sizes = value(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        if sizes is None:
+            n = len(node.outputs)
+            sizes = (ins[0][axis] // n,) * n
+        return [(*ins[0][:axis], s, *ins[0][axis + 1 :]) for s in sizes]
+    raise ValueError(f"no shape rule for {node.op}")  # a rule emitted an op this file lacks
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def broadcast(a: Dims, b: Dims) -> Dims:
+    """Numpy broadcasting of two shapes."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    return tuple(max(x, y) for x, y in zip(a, b, strict=True))
+
+
+def conv_shape(node: ModelNode, x: Dims, w: Dims) -> Dims:
+    """ONNX Conv output dims (explicit pads; auto_pad is resolved at import)."""
+    spatial = len(x) - 2
+    kernel = w[2:]
+    strides = node.attr("strides") or (1,) * spatial
+    dilations = node.attr("dilations") or (1,) * spatial
+    pads = node.attr("pads") or (0,) * (2 * spatial)
+    out = [x[0], w[0]]
+    for i in range(spatial):
+        span = dilations[i] * (kernel[i] - 1) + 1
+        out.append((x[2 + i] + pads[i] + pads[i + spatial] - span) // strides[i] + 1)
+    return tuple(out)
+
+
 # ------------------------------------------------------------------------ row axes
 def row_axes(
-    nodes: list[onnx.NodeProto],
+    nodes: Sequence[ModelNode],
     shapes: Mapping[str, Dims | None],
     constants: Collection[str],
     graph_inputs: list[str],
@@ -256,7 +340,7 @@ def row_axes(
     ``constants`` are the names that are weights or shape data, not activations; ``values``
     holds small constant arrays (Reduce axes given as an input).
     """
-    active = [n for n in nodes if not all(o in constants for o in n.output if o)]
+    active = [n for n in nodes if not all(o in constants for o in n.outputs if o)]
 
     def acts(names) -> list[str]:
         return [t for t in names if t and t not in constants and shapes.get(t) is not None]
@@ -270,8 +354,8 @@ def row_axes(
         if shapes.get(t) is not None and rank(t) >= 2:
             rows[t] = 2 if t in spatial else default_row_axis(shapes[t])
     for node in active:
-        ins = acts(node.input)
-        for out in acts(node.output):
+        ins = acts(node.inputs)
+        for out in acts(node.outputs):
             if rank(out) < 2:
                 continue
             if out in spatial:
@@ -295,7 +379,7 @@ def _spatial_tensors(active, acts, rank) -> set[str]:
 
     seeds: list[str] = []
     for node in active:
-        touched = [t for t in acts(node.input) + acts(node.output) if rank(t) >= 3]
+        touched = [t for t in acts(node.inputs) + acts(node.outputs) if rank(t) >= 3]
         if node.op_type in SPATIAL_OPS:
             seeds.extend(touched)
         elif node.op_type not in AXIS_MOVING_OPS and len({rank(t) for t in touched}) == 1:
@@ -321,29 +405,29 @@ def _carry(node, ins, out, rows, shapes, values) -> int | None:
     if first is None:
         return None
     r, src, dst = rows[first], shapes[first], shapes[out]
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = dict(node.attrs)
     if op == "Transpose":
         perm = list(attrs.get("perm", range(len(src) - 1, -1, -1)))
         return perm.index(r)
     if op in RESHAPE_OPS:
         return _view_row_axis(src, r, dst)
     if op == "MatMul":
-        if node.input[0] == first:  # A (..., M, K): M and batch axes survive
+        if node.inputs[0] == first:  # A (..., M, K): M and batch axes survive
             return r + len(dst) - len(src) if r < len(src) - 1 else None
         if r == len(src) - 1:  # B (..., K, N) with rows along N
             return len(dst) - 1
         return r + len(dst) - len(src) if r < len(src) - 2 else None
     if op == "Gemm":
-        if node.input[0] != first:
+        if node.inputs[0] != first:
             return None
         return 0 if r == (1 if attrs.get("transA", 0) else 0) else None
     if op == "Gather":
-        if node.input[0] != first:
+        if node.inputs[0] != first:
             return None
         axis = attrs.get("axis", 0) % len(src)
         if r == axis:
             return None
-        indices = shapes.get(node.input[1])
+        indices = shapes.get(node.inputs[1])
         return r if r < axis else r - 1 + len(indices or ())
     if op in AXIS_MOVING_OPS:
         return None
@@ -363,8 +447,8 @@ def _reduced_axes(node, attrs, rank: int, values) -> set[int] | None:
         axes = list(attrs["axes"])
     elif "axis" in attrs:
         axes = [attrs["axis"]]
-    elif len(node.input) > 1 and node.input[1] in values:
-        axes = [int(a) for a in np.asarray(values[node.input[1]]).reshape(-1)]
+    elif len(node.inputs) > 1 and node.inputs[1] in values:
+        axes = [int(a) for a in np.asarray(values[node.inputs[1]]).reshape(-1)]
     else:
         return None
     return {a % rank for a in axes}

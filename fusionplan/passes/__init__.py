@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fusionplan.ir.registry import Registry
 from fusionplan.passes.manager import PassRegistry
+from fusionplan.passes.substitution.measures import MEASURES
 
 PASSES: PassRegistry = Registry("pass")
 """Pass name -> its :class:`~fusionplan.passes.manager.ModelPass` subclass."""
@@ -24,4 +25,11 @@ PASSES.register_lazy(
     "streams",
     "fusionplan.passes.streams.pipeline:StreamsPass",
     help="assign ops to GPU streams (Nimble); the schedule goes into the plan's report",
+)
+# AutoGraph's loop may time its candidates with the stream schedule: the passes meet here,
+# neither substitution nor streams imports the other
+MEASURES.register_lazy(
+    "streams",
+    "fusionplan.passes.streams.measure:stream_latency",
+    help="the graph's stream schedule executed (CUDA Graph on a GPU, threads on the CPU)",
 )

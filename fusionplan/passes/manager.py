@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from accel_model import Accelerator
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.model import ModelGraph
 from fusionplan.ir.registry import Registry
-from fusionplan.passes.substitution.graph import SubGraph
 
 STATIC_SHAPES = "static shapes"
 """Every tensor has a static shape: the importer establishes it for the graph it builds."""
@@ -57,7 +57,7 @@ class PassResult:
     (an analysis returns its input and ``False``), its report and one-line
     headline, and its artifacts keyed by the fact each one is."""
 
-    graph: SubGraph
+    graph: ModelGraph
     modified: bool
     report: Report
     headline: str
@@ -107,7 +107,7 @@ class ModelPass(ABC):
         self.options = options if options is not None else type(self).Options()
 
     @abstractmethod
-    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+    def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
         """This pass on ``graph``; ``self.options`` are its checked options."""
 
 
@@ -138,7 +138,7 @@ class PipelineResult:
     """Every pass's result in order, the final graph and the artifacts still valid for it
     (``stale``: fact -> the pass whose rewrite invalidated an earlier artifact)."""
 
-    graph: SubGraph
+    graph: ModelGraph
     results: tuple[PassResult, ...]
     names: tuple[str, ...]
     artifacts: Mapping[str, Artifact]
@@ -158,7 +158,7 @@ class Sequential:
         self.classes = [registry.get(name) for name in context.passes]
         check_order(context.passes, self.classes)
 
-    def run(self, graph: SubGraph) -> PipelineResult:
+    def run(self, graph: ModelGraph) -> PipelineResult:
         artifacts: dict[str, Artifact] = {}
         stale: dict[str, str] = {}
         context = self.context

@@ -25,7 +25,7 @@ from accel_model.schedule import Schedule, ScheduleError, build_schedule
 from fusionplan.ir.errors import ConfigError, PlanError
 from fusionplan.ir.graph import Group, OpGraph, bits, is_weakly_connected, lowest, quotient_order
 from fusionplan.ir.io import write_atomic, write_text_atomic
-from fusionplan.ir.onnx_import import onnx_node_names
+from fusionplan.ir.onnx_model import onnx_node_names
 from fusionplan.ir.version import VERSION
 from fusionplan.planning.result import PassRecord, SearchResult
 

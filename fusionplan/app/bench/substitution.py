@@ -39,7 +39,7 @@ MODELS = (
     "resnet_stack6",
     "resnet_stack8",
 )
-SEARCHES = ("metaflow", "taso", "ocggs-prune", "ocggs-dpp", "ocggs-sample", "autograph")
+BENCH_SEARCHES = ("metaflow", "taso", "ocggs-prune", "ocggs-dpp", "ocggs-sample", "autograph")
 
 
 @dataclass(frozen=True)

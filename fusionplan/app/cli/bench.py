@@ -38,8 +38,8 @@ from fusionplan.app.bench.streams import MODELS as STREAMS_MODELS
 from fusionplan.app.bench.streams import markdown as streams_markdown
 from fusionplan.app.bench.streams import run_bench as run_streams_bench
 from fusionplan.app.bench.streams import write_markdown as write_streams_markdown
+from fusionplan.app.bench.substitution import BENCH_SEARCHES as SUBSTITUTION_SEARCHES
 from fusionplan.app.bench.substitution import MODELS as SUBSTITUTION_MODELS
-from fusionplan.app.bench.substitution import SEARCHES as SUBSTITUTION_SEARCHES
 from fusionplan.app.bench.substitution import markdown as substitution_markdown
 from fusionplan.app.bench.substitution import run_bench as run_substitution_bench
 from fusionplan.app.bench.substitution import write_markdown as write_substitution_markdown
@@ -60,7 +60,7 @@ from fusionplan.batching.workloads import WORKLOADS, get_workload
 from fusionplan.engines.scaling import markdown as scaling_markdown
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path
-from fusionplan.passes.substitution.search import SEARCHES as SUBSTITUTION_REGISTRY
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES
 from fusionplan.planning.split import SPLITTERS
 
 
@@ -371,7 +371,7 @@ def bench_substitute(models, searches, depths, budget, repeats, out_dir) -> None
     names = list(_names(models) or ())
     chosen = list(_names(searches) or ())
     for name in chosen:
-        SUBSTITUTION_REGISTRY.check(name)
+        REWRITE_SEARCHES.check(name)
     ks = [int(k) for k in _names(depths) or ()]
     cells = run_substitution_bench(
         names,

@@ -16,9 +16,9 @@ from fusionplan.app.cli.common import (
     progress_bar,
 )
 from fusionplan.passes.substitution.cost import COST_KINDS
-from fusionplan.passes.substitution.pipeline import MEASURES
+from fusionplan.passes.substitution.measures import MEASURES
 from fusionplan.passes.substitution.rules import RULES
-from fusionplan.passes.substitution.search import SEARCHES
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 
@@ -27,10 +27,10 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 @click.argument("model")
 @click.option(
     "--search",
-    type=RegistryChoice(SEARCHES),
+    type=RegistryChoice(REWRITE_SEARCHES),
     default="metaflow",
     show_default=True,
-    help=f"Search: {SEARCHES.describe()}.",
+    help=f"Search: {REWRITE_SEARCHES.describe()}.",
 )
 @click.option(
     "--cost",
@@ -67,7 +67,7 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 )
 @click.option(
     "--measure",
-    type=click.Choice(sorted(MEASURES)),
+    type=click.Choice(MEASURES.names()),
     help="autograph: time its top candidates here and keep the fastest: ort (onnxruntime on "
     "this CPU) or streams (their stream schedule run for real: CUDA Graph on a GPU, a "
     "thread per stream on the CPU). Rank them by AutoGraph's cost with --cost mixed.",

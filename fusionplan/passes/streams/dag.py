@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 
 
 def bits(mask: int) -> Iterator[int]:
@@ -36,7 +36,7 @@ class OpDag:
                 raise ValueError(f"op {self.names[v]}: predecessors must come earlier")
 
     @classmethod
-    def from_graph(cls, g: SubGraph) -> OpDag:
+    def from_graph(cls, g: ModelGraph) -> OpDag:
         """One node per op of ``g``; an edge wherever an op reads another's output."""
         index = {name: i for i, name in enumerate(g.nodes)}
         producer = g.producer

@@ -21,17 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import to_onnx
+from fusionplan.ir.onnx_run import max_relative_error, ort_session
 from fusionplan.ir.timing import time_interleaved
 from fusionplan.passes.streams.assign import StreamAssignment, assign_streams
 from fusionplan.passes.streams.dag import OpDag
 from fusionplan.passes.streams.execute import CudaStreams, ThreadStreams
-from fusionplan.passes.streams.program import TorchProgram, fold_constants, intra_op_threads
-from fusionplan.passes.substitution.convert import (
-    max_relative_error,
-    ort_session,
-    to_onnx,
-)
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.passes.streams.program import TorchProgram, intra_op_threads
 
 TOLERANCE = 1e-5
 """Multi-stream against sequential execution of the same kernels: equal up to this
@@ -67,20 +64,20 @@ class Measurement:
         }
 
 
-def feeds_for(g: SubGraph, seed: int = 0) -> dict[str, np.ndarray]:
+def feeds_for(g: ModelGraph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded standard-normal inputs of ``g`` (the shapes onnxruntime's check uses)."""
     rng = np.random.default_rng(seed)
     return {name: rng.standard_normal(g.shape(name)).astype(g.dtype(name)) for name in g.inputs}
 
 
 def measure_cpu(
-    g: SubGraph,
+    g: ModelGraph,
     assignment: StreamAssignment,
     feeds: Mapping[str, np.ndarray],
     *,
     repeats: int = 20,
 ) -> Measurement:
-    """Time ``g`` (already folded) on this CPU, sequential against threads per stream."""
+    """Time ``g`` on this CPU, sequential against threads per stream."""
     program = TorchProgram(g, "cpu")
     torch = program.torch
     cores = os.cpu_count() or 1
@@ -121,7 +118,7 @@ def measure_cpu(
 
 
 def measure_cuda(
-    g: SubGraph,
+    g: ModelGraph,
     assignment: StreamAssignment,
     feeds: Mapping[str, np.ndarray],
     *,
@@ -148,7 +145,7 @@ def measure_cuda(
 
 
 def stream_latency(
-    g: SubGraph, *, device: str | None = None, max_streams: int | None = None, repeats: int = 10
+    g: ModelGraph, *, device: str | None = None, max_streams: int | None = None, repeats: int = 10
 ) -> float:
     """Seconds per run of ``g`` executed with its stream schedule: multi-stream CUDA Graph
     on a GPU (the default where one is present), threads per stream on the CPU (at most one
@@ -156,15 +153,14 @@ def stream_latency(
     import torch  # heavy: 2 s; only measuring needs it
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    folded = fold_constants(g)
-    dag = OpDag.from_graph(folded)
-    feeds = feeds_for(folded)
+    dag = OpDag.from_graph(g)
+    feeds = feeds_for(g)
     if device == "cuda":
         assignment = assign_streams(dag, max_streams=max_streams)
-        program = TorchProgram(folded, "cuda")
+        program = TorchProgram(g, "cuda")
         runner = CudaStreams(program, assignment, graph=True, feeds=feeds)
         return time_interleaved([runner.timed], repeats, warmup=3)[0]
     limit = max_streams or os.cpu_count() or 1
     assignment = assign_streams(dag, max_streams=limit)
-    with ThreadStreams(TorchProgram(folded, "cpu"), assignment) as streams:
+    with ThreadStreams(TorchProgram(g, "cpu"), assignment) as streams:
         return time_interleaved([lambda: streams.run(feeds)], repeats, warmup=2)[0]

@@ -1,8 +1,9 @@
 """``schedule_streams``: one call from an ONNX model to a stream schedule, its simulated
 makespan on an op-latency model, and (optionally) its measured latency.
 
-Constants are folded first (:func:`fold_constants`), then the op DAG is assigned to streams
-(:func:`assign_streams`), simulated on the latency model (:func:`simulate`) and, with
+The model is imported once (constants folded, :func:`from_onnx`), then the op DAG is
+assigned to streams (:func:`assign_streams`), simulated on the latency model
+(:func:`simulate`) and, with
 ``execute``, run for real on the CPU or a GPU (:mod:`.measure`). The report carries what an
 inference engineer asks for: ops, width, streams, events against the reduction's
 cross-stream edges, makespan against its bounds and one stream, AutoGraph's mixed cost
@@ -21,8 +22,11 @@ from typing import Any, Literal
 import onnx
 
 from accel_model.latency import LATENCY_MODELS, LatencyModel, make_latency_model
+from accel_model.latency.graph import OpLatencies
 from data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
+from fusionplan.ir.model import ModelGraph, split_qualified
+from fusionplan.ir.onnx_model import from_onnx, load_onnx, with_input_shapes
 from fusionplan.passes.manager import (
     STATIC_SHAPES,
     STREAM_SCHEDULE,
@@ -41,12 +45,9 @@ from fusionplan.passes.streams.measure import (
     measure_cpu,
     measure_cuda,
 )
-from fusionplan.passes.streams.program import fold_constants
+from fusionplan.passes.streams.program import check_schedulable
 from fusionplan.passes.streams.simulate import EVENT_S, Simulation, simulate
 from fusionplan.passes.streams.trace import Timeline, chrome_trace, write_gantt, write_trace
-from fusionplan.passes.substitution.convert import from_onnx, load_onnx, with_input_shapes
-from fusionplan.passes.substitution.cost import GraphCost
-from fusionplan.passes.substitution.graph import SubGraph, split_qualified
 
 Execute = Literal["cpu", "cuda"]
 EXECUTORS: tuple[Execute, ...] = ("cpu", "cuda")
@@ -145,9 +146,9 @@ class StreamSchedule:
 
 @dataclass(frozen=True)
 class StreamsResult:
-    """The schedule of a (constant-folded) graph and what it costs."""
+    """The schedule of a graph (its constants folded at import) and what it costs."""
 
-    graph: SubGraph
+    graph: ModelGraph
     dag: OpDag
     latency: tuple[float, ...]
     """Seconds per op of ``dag`` on the request's latency model (to reschedule without
@@ -208,7 +209,7 @@ class StreamsResult:
 
 
 def schedule_streams(
-    model: SubGraph | onnx.ModelProto | str | os.PathLike,
+    model: ModelGraph | onnx.ModelProto | str | os.PathLike,
     request: StreamsRequest = StreamsRequest(),
     *,
     latency: LatencyModel | None = None,
@@ -222,18 +223,18 @@ def schedule_streams(
         raise ConfigError(f"unknown executor '{request.execute}' (choose cpu or cuda)")
     if request.execute == "cuda":
         _require_cuda()
-    if isinstance(model, SubGraph):
-        graph = fold_constants(model)
+    if isinstance(model, ModelGraph):
+        graph = check_schedulable(model)
     else:
         if not isinstance(model, onnx.ModelProto):
             name = name or Path(os.fspath(model)).stem
             model = load_onnx(model_source(model))
         model = with_input_shapes(model, input_shapes)
-        graph = fold_constants(from_onnx(model, command="streams"))
+        graph = check_schedulable(from_onnx(model, command="streams"))
     if not len(graph):
         raise ModelError(f"{name or graph.name}: no ops to schedule")
     latency = latency or make_latency_model(request.device)
-    seconds = list(GraphCost(latency).op_latencies(graph).values())
+    seconds = list(OpLatencies(latency)(graph).values())
     began = time.perf_counter()
     dag = OpDag.from_graph(graph)
     assignment = assign_streams(dag, seconds, request.max_streams)
@@ -298,7 +299,7 @@ class StreamsPass(ModelPass):
     needs = frozenset({STATIC_SHAPES})
     provides = frozenset({STREAM_SCHEDULE})
 
-    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+    def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
         result = schedule_streams(graph, self.options)
         schedule = result.schedule()
         return PassResult(graph, False, result.report, schedule.headline(),

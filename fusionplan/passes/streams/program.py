@@ -2,9 +2,9 @@
 scheduling").
 
 Each op becomes its :mod:`accel_model.latency.torch_ops` kernel, so the executor runs the
-same torch calls the latency tables were measured with. Before that, :func:`fold_constants`
-evaluates every op whose inputs are all constant, ``Shape`` of a statically shaped tensor
-included (DeepLabV3's ``Shape -> Slice -> Concat -> Resize`` sizes): those ops are not part
+same torch calls the latency tables were measured with. The model IR has no op whose
+inputs are all constant (the importer folds them, ``Shape`` of a statically shaped tensor
+included: DeepLabV3's ``Shape -> Slice -> Concat -> Resize`` sizes): those ops are not part
 of the model's run time, would need host syncs inside a CUDA Graph capture, and would add
 fake branches to the stream schedule.
 """
@@ -18,50 +18,23 @@ from typing import Any
 
 import numpy as np
 
+from accel_model.latency.graph import node_signature
 from accel_model.latency.torch_ops import Kernel, supports, torch_kernel
 from fusionplan.ir.errors import ConfigError
-from fusionplan.passes.substitution.graph import Node, SubGraph, Weight
+from fusionplan.ir.model import ModelGraph
 
 
-def fold_constants(g: SubGraph) -> SubGraph:
-    """``g`` with every op computable before the run replaced by its value."""
-    import torch  # heavy: 2 s; folding evaluates ops with their torch kernels
-
-    weights = dict(g.weights)
-    kept: list[Node] = []
-    for node in g.nodes.values():
-        static = node.op == "Shape"  # shapes are static: its value is known
-        if not static and not all(t == "" or t in weights for t in node.inputs):
-            kept.append(node)
-            continue
-        values = _evaluate(g, node, weights, torch)
-        for name, value in zip(node.outputs, values, strict=True):
-            weights[name] = Weight.of(value)
-    if len(kept) == len(g):
-        return g
+def check_schedulable(g: ModelGraph) -> ModelGraph:
+    """``g`` if every op runs at run time. The importer folds every op computable before
+    the run (:func:`fusionplan.ir.onnx_model.from_onnx`) except one that makes a graph
+    output: such a model's output is a constant, and there is nothing to schedule for it."""
     outputs = set(g.outputs)
-    if any(t in outputs for n in g.nodes.values() if n not in kept for t in n.outputs):
-        raise ConfigError(f"{g.name}: a graph output is a constant; nothing to schedule")
-    used = {t for n in kept for t in n.inputs} | outputs
-    tensors = {t: info for t, info in g.tensors.items() if t not in weights}
-    live = {t: w for t, w in weights.items() if t in used}
-    return SubGraph(kept, tensors, live, g.inputs, g.outputs, opsets=g.opsets, name=g.name)
-
-
-def _evaluate(g: SubGraph, node: Node, weights: Mapping[str, Weight], torch: Any) -> list:
-    """Output arrays of ``node`` from constant inputs."""
-    if node.op == "Shape":
-        shape = g.shape(node.inputs[0])
-        start, end = int(node.attr("start", 0)), node.attr("end")
-        return [np.asarray(shape[start : None if end is None else int(end)], dtype=np.int64)]
-    if not supports(node.op):
-        raise ConfigError(f"{g.name}: cannot fold constant op {node.op} ({node.name})")
-    arrays = [weights[t].array if t else None for t in node.inputs]
-    kernel = torch_kernel(g.signature(node), arrays, torch)
-    with torch.inference_mode():
-        out = kernel([None if a is None else torch.from_numpy(np.array(a)) for a in arrays])
-    outs = out if isinstance(out, tuple | list) else (out,)
-    return [o.numpy().copy() for o in outs]
+    for node in g.nodes.values():
+        static = node.op_type in ("Shape", "Size")
+        constant = static or all(t == "" or t in g.weights for t in node.inputs)
+        if constant and outputs.intersection(node.outputs):
+            raise ConfigError(f"{g.name}: a graph output is a constant; nothing to schedule")
+    return g
 
 
 @contextmanager
@@ -88,7 +61,7 @@ class TorchProgram:
     """The ops of a (folded) graph as torch kernels on one device, in the graph's order;
     ``ops[i]`` is op ``i`` of :meth:`OpDag.from_graph` on the same graph."""
 
-    def __init__(self, g: SubGraph, device: str = "cpu") -> None:
+    def __init__(self, g: ModelGraph, device: str = "cpu") -> None:
         import torch  # heavy: 2 s, only executing needs it
 
         self.torch = torch
@@ -102,7 +75,7 @@ class TorchProgram:
             if not supports(node.op):
                 raise ConfigError(f"{g.name}: the torch executor has no kernel for {node.op}")
             arrays = [g.weights[t].array if t in g.weights else None for t in node.inputs]
-            kernel = torch_kernel(g.signature(node), arrays, torch)
+            kernel = torch_kernel(node_signature(g, node), arrays, torch)
             self.ops.append(TorchOp(node.name, node.op, kernel, node.inputs, node.outputs))
 
     def environment(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:

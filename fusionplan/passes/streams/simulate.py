@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from accel_model.latency.graph import MIXED_ALPHA
 from fusionplan.passes.streams.assign import StreamAssignment
 from fusionplan.passes.streams.dag import OpDag
-from fusionplan.passes.substitution.cost import MIXED_ALPHA
 
 EVENT_S = 1e-6
 """Cross-stream wait: a recorded event a stream waits on, or a dependency edge between

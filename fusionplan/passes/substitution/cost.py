@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from accel_model.latency import LatencyModel
+from accel_model.latency.graph import MIXED_ALPHA, OpLatencies
 from fusionplan.ir.errors import ConfigError
-from fusionplan.passes.substitution.graph import Node, SubGraph
+from fusionplan.ir.model import ModelGraph
 
 CostKind = Literal["sum", "mixed"]
 COST_KINDS: tuple[CostKind, ...] = ("sum", "mixed")
-MIXED_ALPHA = 0.25
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class CostBreakdown:
 
 
 class GraphCost:
-    """Callable cost of a :class:`SubGraph` under one latency model and cost kind."""
+    """Callable cost of a :class:`ModelGraph` under one latency model and cost kind."""
 
     def __init__(
         self, latency: LatencyModel, kind: CostKind = "sum", *, alpha: float = MIXED_ALPHA
@@ -42,29 +42,10 @@ class GraphCost:
         self.latency = latency
         self.kind = kind
         self.alpha = alpha
-        self._op: dict[str, float] = {}  # signature key -> seconds
-        self._node: dict[Node, float] = {}
+        self.op_latencies = OpLatencies(latency)
         self._graph: dict[int, CostBreakdown] = {}
 
-    def op_latencies(self, g: SubGraph) -> dict[str, float]:
-        """Node name -> seconds (measuring or estimating each new signature once).
-
-        Cached per node too: a node a rewrite left alone is the same value in the child
-        graph, and tensor names are stable across graphs (a rule's new names derive from
-        its match), so its signature, the costly part, is built once per search.
-        """
-        missing = [n for n in g.nodes.values() if n not in self._node]
-        if missing:
-            sigs = {n: g.signature(n) for n in missing}
-            unknown = list({s.key(): s for s in sigs.values() if s.key() not in self._op}.values())
-            if unknown:
-                for sig, seconds in zip(unknown, self.latency.latencies(unknown), strict=True):
-                    self._op[sig.key()] = seconds
-            for node, sig in sigs.items():
-                self._node[node] = self._op[sig.key()]
-        return {name: self._node[node] for name, node in g.nodes.items()}
-
-    def breakdown(self, g: SubGraph) -> CostBreakdown:
+    def breakdown(self, g: ModelGraph) -> CostBreakdown:
         cached = self._graph.get(g.fingerprint)
         if cached is not None:
             return cached
@@ -82,6 +63,6 @@ class GraphCost:
         self._graph[g.fingerprint] = result
         return result
 
-    def __call__(self, g: SubGraph) -> float:
+    def __call__(self, g: ModelGraph) -> float:
         """The cost the search minimises: the sum or the mixed cost."""
         return getattr(self.breakdown(g), self.kind)

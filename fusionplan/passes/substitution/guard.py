@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fusionplan.passes.substitution.graph import SubGraph
-from fusionplan.passes.substitution.search.base import Candidate, Problem
+from fusionplan.ir.model import ModelGraph
+from fusionplan.passes.substitution.search.base import Problem, RewriteCandidate
 
-Measure = Callable[[Sequence[SubGraph]], list[float]]
+Measure = Callable[[Sequence[ModelGraph]], list[float]]
 """Seconds per run of each graph, timed together (interleaved) so they compare fairly."""
 
 
 @dataclass(frozen=True)
 class GuardOutcome:
-    chosen: Candidate
+    chosen: RewriteCandidate
     original_s: float
     searched_s: float  # the search's best graph, measured
     chosen_s: float  # estimated: the original's time x the last measured ratio
@@ -34,8 +34,8 @@ class GuardOutcome:
 
 def guard(
     problem: Problem,
-    root: Candidate,
-    best: Candidate,
+    root: RewriteCandidate,
+    best: RewriteCandidate,
     measure: Measure,
     *,
     tolerance: float = 0.02,

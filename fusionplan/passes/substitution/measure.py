@@ -12,8 +12,10 @@ from collections.abc import Sequence
 
 import onnx
 
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import to_onnx
+from fusionplan.ir.onnx_run import ort_session, random_feeds
 from fusionplan.ir.timing import time_interleaved
-from fusionplan.passes.substitution.convert import ort_session, random_feeds
 
 
 def ort_latencies(
@@ -29,3 +31,8 @@ def ort_latencies(
 def ort_latency(model: onnx.ModelProto, *, threads: int = 1, repeats: int = 20) -> float:
     """Median seconds per run of one model."""
     return ort_latencies([model], threads=threads, repeats=repeats)[0]
+
+
+def graph_latency(g: ModelGraph) -> float:
+    """Median seconds per run of a model graph (the ``ort`` measure of AutoGraph's loop)."""
+    return ort_latency(to_onnx(g))

@@ -10,7 +10,7 @@ trailing ``?`` marks an optional input (absent or ``""``); ``*xs`` binds the res
 argument or output list. A tensor a pattern node produces and another pattern node reads is
 *internal*: it must have no reader outside the match and not be a graph output, so a
 replacement never has to keep it alive. Why our own matcher and not onnxscript's rewriter:
-the search matches thousands of graphs, on its own immutable :class:`SubGraph`, and needs
+the search matches thousands of graphs, on its own immutable :class:`ModelGraph`, and needs
 matches anchored at changed nodes (incremental re-matching, OCGGS's DPP); both are a few
 lines here and awkward through a general ONNX IR.
 """
@@ -26,18 +26,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fusionplan.passes.substitution.graph import (
+from fusionplan.ir.model import (
     AttrValue,
     Dims,
-    Node,
+    ModelGraph,
+    ModelNode,
     Replacement,
-    SubGraph,
     TensorInfo,
     Weight,
     fresh_name,
     make_attrs,
 )
-from fusionplan.passes.substitution.shapes import infer_shapes
+from fusionplan.ir.shapes import output_shapes
 
 _STATEMENT = re.compile(r"^\s*(?P<outs>[^=]+?)\s*=\s*(?P<op>[\w.|]+)\s*\((?P<args>.*)\)\s*$")
 
@@ -87,7 +87,7 @@ class Match:
     """One occurrence of a rule's pattern: matched nodes (in pattern order) and bindings."""
 
     rule: Rule
-    nodes: tuple[Node, ...]
+    nodes: tuple[ModelNode, ...]
     binding: dict[str, Any] = field(compare=False, hash=False)
 
     def __getitem__(self, var: str) -> Any:
@@ -135,16 +135,16 @@ class Rule(ABC):
         """Variables some pattern node outputs (the rest are the pattern's inputs)."""
         return frozenset(a.name for p in self.nodes for a in p.outputs)
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         """Whether the rewrite is valid here (default: always, once the pattern matched)."""
         return True
 
     @abstractmethod
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         """Emit the replacement through ``b``; outputs must reuse the exposed tensor names."""
 
     # ------------------------------------------------------------------ matching
-    def matches(self, g: SubGraph, near: Iterable[str] | None = None) -> list[Match]:
+    def matches(self, g: ModelGraph, near: Iterable[str] | None = None) -> list[Match]:
         """Every valid match in ``g``; with ``near``, only those using one of those nodes.
 
         A set of nodes that matches with several role assignments (two sibling convs as
@@ -153,7 +153,7 @@ class Rule(ABC):
         substitution replays to the same names.
         """
         if near is None:
-            anchors: Iterable[tuple[int, Node]] = (
+            anchors: Iterable[tuple[int, ModelNode]] = (
                 (0, n) for op in self.nodes[0].ops for n in g.by_op.get(op, ())
             )
         else:
@@ -167,20 +167,20 @@ class Rule(ABC):
                     best[match.key] = match
         return [m for m in best.values() if _internal_ok(self, g, m) and self.check(g, m)]
 
-    def apply(self, g: SubGraph, m: Match) -> SubGraph:
+    def apply(self, g: ModelGraph, m: Match) -> ModelGraph:
         b = Builder(g, m)
         self.rewrite(g, m, b)
         return g.replace(m.names, b.replacement())
 
 
 # ---------------------------------------------------------------------- the matcher
-def _extend(rule: Rule, g: SubGraph, anchor: int, node: Node) -> Iterator[Match]:
+def _extend(rule: Rule, g: ModelGraph, anchor: int, node: ModelNode) -> Iterator[Match]:
     pattern = rule.nodes
     order = rule.plans[anchor]
     binding: dict[str, Any] = {}
-    chosen: dict[int, Node] = {}
+    chosen: dict[int, ModelNode] = {}
 
-    def bind(p: PatternNode, n: Node) -> list[str] | None:
+    def bind(p: PatternNode, n: ModelNode) -> list[str] | None:
         """Bind ``p``'s variables to ``n``'s tensors; the names newly bound, or None."""
         new: list[str] = []
 
@@ -254,7 +254,7 @@ def _plan(pattern: tuple[PatternNode, ...], anchor: int) -> list[int]:
     return order
 
 
-def _candidates(g: SubGraph, p: PatternNode, binding: dict[str, Any]) -> Iterable[Node]:
+def _candidates(g: ModelGraph, p: PatternNode, binding: dict[str, Any]) -> Iterable[ModelNode]:
     """Graph nodes that could match ``p`` given the bound variables: the producer of a
     bound output, else the readers of a bound input."""
     for arg in p.outputs:
@@ -273,7 +273,7 @@ def _candidates(g: SubGraph, p: PatternNode, binding: dict[str, Any]) -> Iterabl
     return ()
 
 
-def _internal_ok(rule: Rule, g: SubGraph, m: Match) -> bool:
+def _internal_ok(rule: Rule, g: ModelGraph, m: Match) -> bool:
     """Tensors produced and read inside the match have no reader outside it, and a pattern
     input (a variable no pattern node produces) is not produced by a matched node: in
     ``a = Conv(x1) ; c = Conv(x2) ; y = Concat(a, c)`` ``x1`` must not be ``c``, else the
@@ -296,10 +296,10 @@ def _internal_ok(rule: Rule, g: SubGraph, m: Match) -> bool:
 class Builder:
     """Emits a replacement: new nodes (shapes inferred), derived weights, aliases."""
 
-    def __init__(self, g: SubGraph, m: Match) -> None:
+    def __init__(self, g: ModelGraph, m: Match) -> None:
         self.g = g
         self.m = m
-        self._nodes: list[Node] = []
+        self._nodes: list[ModelNode] = []
         self._weights: dict[str, Weight] = {}
         self._tensors: dict[str, TensorInfo] = {}
         self._aliases: dict[str, str] = {}
@@ -348,8 +348,8 @@ class Builder:
             outputs = tuple(self._fresh("t") for _ in range(outputs))
         outputs = tuple(outputs)
         frozen = make_attrs(**attrs)
-        node = Node(self._fresh("n"), op, inputs, outputs, frozen)
-        shapes = infer_shapes(node, self.shape, self._value)
+        node = ModelNode(self._fresh("n"), op, inputs, outputs, frozen)
+        shapes = output_shapes(node, self.shape, self._value)
         for tensor, dims in zip(outputs, shapes, strict=True):
             self._tensors[tensor] = TensorInfo(dims, self._dtype(inputs))
         self._nodes.append(node)

@@ -23,6 +23,9 @@ from accel_model.latency import LATENCY_MODELS, LatencyModel, make_latency_model
 from data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
 from fusionplan.ir.io import write_atomic
+from fusionplan.ir.model import ModelGraph
+from fusionplan.ir.onnx_model import from_onnx, load_onnx, to_onnx, with_input_shapes
+from fusionplan.ir.onnx_run import Equivalence, check_equivalence, run_model
 from fusionplan.passes.manager import (
     STATIC_SHAPES,
     ModelPass,
@@ -31,22 +34,12 @@ from fusionplan.passes.manager import (
     PassResult,
     check_choice,
 )
-from fusionplan.passes.streams.measure import stream_latency
-from fusionplan.passes.substitution.convert import (
-    Equivalence,
-    check_equivalence,
-    from_onnx,
-    load_onnx,
-    run_model,
-    to_onnx,
-    with_input_shapes,
-)
 from fusionplan.passes.substitution.cost import CostBreakdown, CostKind, GraphCost
-from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.guard import guard
-from fusionplan.passes.substitution.measure import ort_latencies, ort_latency
+from fusionplan.passes.substitution.measure import ort_latencies
+from fusionplan.passes.substitution.measures import MEASURES
 from fusionplan.passes.substitution.rules import RULES, make_rules
-from fusionplan.passes.substitution.search import SEARCHES, Problem, SearchResult
+from fusionplan.passes.substitution.search import REWRITE_SEARCHES, Problem, RewriteResult
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 
@@ -136,7 +129,7 @@ class SubstitutionResult:
 
     model: onnx.ModelProto
     report: SubstitutionReport
-    graph: SubGraph  # the rewritten graph in the model IR, before it was written to ONNX
+    graph: ModelGraph  # the rewritten graph in the model IR, before it was written to ONNX
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the rewritten model atomically."""
@@ -147,7 +140,7 @@ class SubstitutionResult:
 
 
 def substitute(
-    model: SubGraph | onnx.ModelProto | str | os.PathLike,
+    model: ModelGraph | onnx.ModelProto | str | os.PathLike,
     request: SubstitutionRequest = SubstitutionRequest(),
     *,
     latency: LatencyModel | None = None,
@@ -159,7 +152,7 @@ def substitute(
     cheaper equivalent graph; the rewritten model (equivalence checked) and a report.
     ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``); the
     result keeps them."""
-    graph = model if isinstance(model, SubGraph) else None
+    graph = model if isinstance(model, ModelGraph) else None
     if graph is not None:
         model = to_onnx(graph)  # what onnxruntime runs and the result is checked against
     elif not isinstance(model, onnx.ModelProto):
@@ -172,7 +165,7 @@ def substitute(
     latency = latency or make_latency_model(request.device)
     cost = GraphCost(latency, request.cost)
     if graph is None:
-        graph = from_onnx(model)
+        graph = from_onnx(model, command="substitute")
     problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
     result = search.run(problem, graph)
     guarded, searched = None, result.best
@@ -202,10 +195,10 @@ def substitute(
     return SubstitutionResult(rewritten, report, result.best.graph)
 
 
-def _cpu_timer() -> Callable[[Sequence[SubGraph]], list[float]]:
+def _cpu_timer() -> Callable[[Sequence[ModelGraph]], list[float]]:
     """One-thread onnxruntime latencies of graphs, timed interleaved."""
 
-    def measure(graphs: Sequence[SubGraph]) -> list[float]:
+    def measure(graphs: Sequence[ModelGraph]) -> list[float]:
         return ort_latencies([to_onnx(g) for g in graphs], threads=1, repeats=20)
 
     return measure
@@ -216,7 +209,7 @@ class SubstitutionOptions(SubstitutionRequest):
     """The ``substitute`` pass's options: :class:`SubstitutionRequest`'s fields, checked."""
 
     def check(self) -> None:
-        check_choice(SEARCHES, "search", self.search)
+        check_choice(REWRITE_SEARCHES, "search", self.search)
         check_choice(LATENCY_MODELS, "device", self.device)
         for rule in self.rules or ():
             check_choice(RULES, "rules", rule)
@@ -225,8 +218,8 @@ class SubstitutionOptions(SubstitutionRequest):
                 raise OptionError(option, f"must be at least 1, got {getattr(self, option)}")
         if not self.tolerance > 0:
             raise OptionError("tolerance", f"must be above 0, got {self.tolerance}")
-        if self.measure is not None and self.measure not in MEASURES:
-            raise OptionError("measure", f"{self.measure!r} is not one of {', '.join(MEASURES)}")
+        if self.measure is not None:
+            check_choice(MEASURES, "measure", self.measure)
         if self.measure is not None and self.search != "autograph":
             raise OptionError("measure", "applies to the autograph search only")
 
@@ -241,7 +234,7 @@ class SubstitutionPass(ModelPass):
     rewrites = True
     keeps = frozenset({STATIC_SHAPES})
 
-    def run(self, graph: SubGraph, context: PassContext) -> PassResult:
+    def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
         result = substitute(graph, self.options, name=graph.name)
         r = result.report
         line = (
@@ -252,7 +245,7 @@ class SubstitutionPass(ModelPass):
 
 
 def _make_search(request: SubstitutionRequest):
-    cls = SEARCHES.get(request.search)
+    cls = REWRITE_SEARCHES.get(request.search)
     if request.search in DEPTH_SEARCHES:
         return cls(depth=request.depth)
     if request.search == "ocggs-sample":
@@ -260,27 +253,15 @@ def _make_search(request: SubstitutionRequest):
     if request.measure is not None:
         if request.search != "autograph":
             raise ConfigError("--measure applies to the autograph search only")
-        if request.measure not in MEASURES:
-            raise ConfigError(
-                f"unknown measure '{request.measure}' (choose from {', '.join(MEASURES)})"
-            )
-        return cls(measure=MEASURES[request.measure])
+        return cls(measure=MEASURES.get(request.measure))
     return cls()
-
-
-MEASURES: dict[str, Callable[[SubGraph], float]] = {
-    "ort": lambda g: ort_latency(to_onnx(g)),
-    "streams": stream_latency,
-}
-"""How AutoGraph's loop times a candidate: onnxruntime on this CPU, or the graph's stream
-schedule executed for real (CUDA Graph on a GPU, a thread per stream on the CPU)."""
 
 
 def _report(
     name: str,
     request: SubstitutionRequest,
     cost: GraphCost,
-    result: SearchResult,
+    result: RewriteResult,
     equal: Equivalence,
 ) -> SubstitutionReport:
     """The search's own cost (its caches hold every graph's breakdown already)."""
@@ -303,5 +284,5 @@ def _report(
     )
 
 
-def _ops(g: SubGraph) -> dict[str, int]:
+def _ops(g: ModelGraph) -> dict[str, int]:
     return dict(Counter(n.op for n in g.nodes.values()).most_common())

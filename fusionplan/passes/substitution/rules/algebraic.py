@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionplan.passes.substitution.graph import Dims, Node, SubGraph
+from fusionplan.ir.model import Dims, ModelGraph, ModelNode
 from fusionplan.passes.substitution.pattern import Builder, Match, Rule
 from fusionplan.passes.substitution.rules.registry import register
 
@@ -30,11 +30,11 @@ _ACTIVATION_OPS = "|".join(sorted(ACTIVATIONS))
 
 
 # ---------------------------------------------------------------------- helpers
-def _conv_ok(node: Node) -> bool:
+def _conv_ok(node: ModelNode) -> bool:
     return node.attr("auto_pad", "NOTSET") in ("NOTSET", "")
 
 
-def _conv_form(node: Node, spatial: int) -> tuple[Any, ...]:
+def _conv_form(node: ModelNode, spatial: int) -> tuple[Any, ...]:
     """A conv's attributes with ONNX's defaults filled in: equal forms compute alike."""
     return (
         tuple(node.attr("strides") or (1,) * spatial),
@@ -89,7 +89,7 @@ class _Commutative(Rule):
         twin.__dict__["nodes"] = (*self.nodes[:-1], replace(last, inputs=last.inputs[::-1]))
         return twin
 
-    def matches(self, g: SubGraph, near: Iterable[str] | None = None) -> list[Match]:
+    def matches(self, g: ModelGraph, near: Iterable[str] | None = None) -> list[Match]:
         near = None if near is None else list(near)
         found = {m.key: m for m in super().matches(g, near)}
         for m in Rule.matches(self._swapped, g, near):
@@ -104,10 +104,10 @@ class _ScanRule(Rule):
     produced and read inside the match have no reader outside it, ``check`` holds.
     """
 
-    def find(self, g: SubGraph) -> Iterator[tuple[tuple[Node, ...], dict[str, Any]]]:
+    def find(self, g: ModelGraph) -> Iterator[tuple[tuple[ModelNode, ...], dict[str, Any]]]:
         raise NotImplementedError
 
-    def matches(self, g: SubGraph, near: Iterable[str] | None = None) -> list[Match]:
+    def matches(self, g: ModelGraph, near: Iterable[str] | None = None) -> list[Match]:
         wanted = None if near is None else set(near)
         found = []
         for nodes, binding in self.find(g):
@@ -123,7 +123,7 @@ class _ScanRule(Rule):
         return found
 
 
-def _same_activation(nodes: Iterable[Node], g: SubGraph) -> bool:
+def _same_activation(nodes: Iterable[ModelNode], g: ModelGraph) -> bool:
     """All the same activation, attributes and extra (constant) inputs."""
     nodes = list(nodes)
     first = nodes[0]
@@ -139,7 +139,7 @@ def _same_activation(nodes: Iterable[Node], g: SubGraph) -> bool:
 
 # ---------------------------------------------------------------------- constant folding
 class _FoldIntoConv(_Commutative):
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         return _conv_ok(m.nodes[0]) and _along_axis(g.shape(m["s"]), g.shape(m["c"]), 1)
 
     def channel_vector(self, b: Builder, m: Match) -> np.ndarray:
@@ -155,7 +155,7 @@ class FoldMulIntoConv(_FoldIntoConv):
     help = "fold a per-output-channel constant Mul after a conv into its weight and bias"
     pattern = "c = Conv(x, $w, $b?) ; y = Mul(c, $s)"
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w, bias = m["w"], m.get("b")
         shape = b.shape(w)
 
@@ -181,7 +181,7 @@ class FoldAddIntoConv(_FoldIntoConv):
     help = "fold a per-output-channel constant Add after a conv into its bias"
     pattern = "c = Conv(x, $w, $b?) ; y = Add(c, $s)"
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w, bias = m["w"], m.get("b")
         channels = b.shape(w)[0]
 
@@ -201,11 +201,11 @@ class FoldMulIntoMatMul(_Commutative):
     help = "fold a per-column constant Mul after a MatMul by a 2-D weight into the weight"
     pattern = "c = MatMul(x, $w) ; y = Mul(c, $s)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         out = g.shape(m["c"])
         return len(g.shape(m["w"])) == 2 and _along_axis(g.shape(m["s"]), out, len(out) - 1)
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w, s = m["w"], m["s"]
         shape = b.shape(w)
         rank = len(b.shape(m["c"]))
@@ -226,7 +226,7 @@ class FactorAddConvs(Rule):
     help = "the sum of two alike convs of one input becomes one conv by the summed weights"
     pattern = "a = Conv(x, $w1, $b1?) ; c = Conv(x, $w2, $b2?) ; y = Add(a, c)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         first, second = m.nodes[0], m.nodes[1]
         spatial = len(g.shape(m["x"])) - 2
         return (
@@ -236,7 +236,7 @@ class FactorAddConvs(Rule):
             and _conv_form(first, spatial) == _conv_form(second, spatial)
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w1, w2 = m["w1"], m["w2"]
         shape = b.shape(w1)
         weight = b.weight(shape, lambda: b.array(w1) + b.array(w2), g.dtype(w1))
@@ -254,7 +254,7 @@ class ConcatAddConvs(Rule):
     help = "the sum of two alike convs of different inputs becomes one conv of their concat"
     pattern = "a = Conv(x1, $w1, $b1?) ; c = Conv(x2, $w2, $b2?) ; y = Add(a, c)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         first, second = m.nodes[0], m.nodes[1]
         x1, x2 = g.shape(m["x1"]), g.shape(m["x2"])
         w1, w2 = g.shape(m["w1"]), g.shape(m["w2"])
@@ -273,7 +273,7 @@ class ConcatAddConvs(Rule):
             and g.shape(m["a"]) == g.shape(m["c"])
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w1, w2 = m["w1"], m["w2"]
         s1, s2 = b.shape(w1), b.shape(w2)
         shape = (s1[0], s1[1] + s2[1], *s1[2:])
@@ -294,10 +294,10 @@ class FactorAddMatMuls(Rule):
     help = "the sum of two MatMuls of one input by weights becomes one MatMul"
     pattern = "a = MatMul(x, $w1) ; c = MatMul(x, $w2) ; y = Add(a, c)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         return g.shape(m["w1"]) == g.shape(m["w2"])
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w1, w2 = m["w1"], m["w2"]
         weight = b.weight(b.shape(w1), lambda: b.array(w1) + b.array(w2), g.dtype(w1))
         b.op("MatMul", (m["x"], weight), (m["y"],))
@@ -312,7 +312,7 @@ class ConcatAddMatMuls(Rule):
     help = "the sum of two MatMuls of different inputs by 2-D weights becomes one MatMul"
     pattern = "a = MatMul(x1, $w1) ; c = MatMul(x2, $w2) ; y = Add(a, c)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         x1, x2 = g.shape(m["x1"]), g.shape(m["x2"])
         w1, w2 = g.shape(m["w1"]), g.shape(m["w2"])
         return (
@@ -322,7 +322,7 @@ class ConcatAddMatMuls(Rule):
             and x1[:-1] == x2[:-1]
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w1, w2 = m["w1"], m["w2"]
         s1, s2 = b.shape(w1), b.shape(w2)
         weight = b.weight(
@@ -343,10 +343,10 @@ class ReassociateMatMul(Rule):
     help = "a MatMul by a weight of a MatMul by a weight becomes one MatMul by their product"
     pattern = "a = MatMul(x, $w1) ; y = MatMul(a, $w2)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         return len(g.shape(m["w1"])) == len(g.shape(m["w2"])) == 2
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w1, w2 = m["w1"], m["w2"]
 
         def product() -> np.ndarray:
@@ -365,12 +365,12 @@ class CancelSplitConcat(Rule):
     help = "Concat of all outputs of a Split (in order, same axis) is the Split's input"
     pattern = "*parts = Split(x, *sizes) ; y = Concat(*parts)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         rank = len(g.shape(m["x"]))
         split, concat = m.nodes
         return _axis(split.attr("axis", 0), rank) == _axis(concat.attr("axis"), rank)
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         b.alias(m["y"], m["x"])
 
 
@@ -382,7 +382,7 @@ class CancelConcatSplit(Rule):
     help = "Split of a Concat at the boundaries of its inputs (same axis) gives the inputs"
     pattern = "t = Concat(*xs) ; *ys = Split(t, *sizes)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         rank = len(g.shape(m["t"]))
         concat, split = m.nodes
         axis = _axis(concat.attr("axis"), rank)
@@ -393,7 +393,7 @@ class CancelConcatSplit(Rule):
             and [g.shape(t)[axis] for t in xs] == [g.shape(t)[axis] for t in ys]
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         for y, x in zip(m["ys"], m["xs"], strict=True):
             b.alias(y, x)
 
@@ -408,7 +408,7 @@ class ConcatOfSplitPrefix(_ScanRule):
     help = "a whole Split's outputs as a run of a Concat's inputs become the Split's input"
     pattern = "*ss = Split(x, *sizes) ; y = Concat(*zs)"
 
-    def find(self, g: SubGraph) -> Iterator[tuple[tuple[Node, ...], dict[str, Any]]]:
+    def find(self, g: ModelGraph) -> Iterator[tuple[tuple[ModelNode, ...], dict[str, Any]]]:
         for concat in g.by_op.get("Concat", ()):
             for at, tensor in enumerate(concat.inputs):
                 split = g.producer.get(tensor)
@@ -426,14 +426,14 @@ class ConcatOfSplitPrefix(_ScanRule):
                 }
                 yield (split, concat), binding
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         split, concat = m.nodes
         rank = len(g.shape(m["x"]))
         return _axis(split.attr("axis", 0), rank) == _axis(concat.attr("axis"), rank) and all(
             concat.inputs.count(t) == 1 for t in split.outputs
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         zs, at, run = m["zs"], m["at"], len(m["ss"])
         inputs = (*zs[:at], m["x"], *zs[at + run :])
         b.op("Concat", inputs, (m["y"],), **dict(m.nodes[1].attrs))
@@ -448,7 +448,7 @@ class MergeConcatConcat(_ScanRule):
     help = "flatten a Concat read only by another Concat on the same axis into it"
     pattern = "t = Concat(*xs) ; y = Concat(*zs)"
 
-    def find(self, g: SubGraph) -> Iterator[tuple[tuple[Node, ...], dict[str, Any]]]:
+    def find(self, g: ModelGraph) -> Iterator[tuple[tuple[ModelNode, ...], dict[str, Any]]]:
         for outer in g.by_op.get("Concat", ()):
             for tensor in dict.fromkeys(outer.inputs):
                 inner = g.producer.get(tensor)
@@ -462,12 +462,12 @@ class MergeConcatConcat(_ScanRule):
                 }
                 yield (inner, outer), binding
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         inner, outer = m.nodes
         rank = len(g.shape(m["y"]))
         return _axis(inner.attr("axis"), rank) == _axis(outer.attr("axis"), rank)
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         inputs = [t for z in m["zs"] for t in (m["xs"] if z == m["t"] else (z,))]
         b.op("Concat", inputs, (m["y"],), **dict(m.nodes[1].attrs))
 
@@ -482,7 +482,7 @@ class ActivationThroughConcat(_ScanRule):
     help = "the same activation on every input of a Concat moves after the Concat"
     pattern = f"r = {_ACTIVATION_OPS}(a) ; y = Concat(*rs)"
 
-    def find(self, g: SubGraph) -> Iterator[tuple[tuple[Node, ...], dict[str, Any]]]:
+    def find(self, g: ModelGraph) -> Iterator[tuple[tuple[ModelNode, ...], dict[str, Any]]]:
         for concat in g.by_op.get("Concat", ()):
             acts = [g.producer.get(t) for t in concat.inputs]
             if len(acts) < 2 or any(a is None or a.op not in ACTIVATIONS for a in acts):
@@ -490,11 +490,11 @@ class ActivationThroughConcat(_ScanRule):
             binding = {"xs": tuple(a.inputs[0] for a in acts), "y": concat.outputs[0]}
             yield (concat, *acts), binding
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         concat, *acts = m.nodes
         return len(set(concat.inputs)) == len(concat.inputs) and _same_activation(acts, g)
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         concat, act = m.nodes[0], m.nodes[1]
         (joined,) = b.op("Concat", m["xs"], 1, **dict(concat.attrs))
         b.op(act.op, (joined, *act.inputs[1:]), (m["y"],), **dict(act.attrs))
@@ -508,7 +508,7 @@ class ActivationThroughSplit(_ScanRule):
     help = "the same activation on every output of a Split moves before the Split"
     pattern = f"*ss = Split(x, *sizes) ; r = {_ACTIVATION_OPS}(s)"
 
-    def find(self, g: SubGraph) -> Iterator[tuple[tuple[Node, ...], dict[str, Any]]]:
+    def find(self, g: ModelGraph) -> Iterator[tuple[tuple[ModelNode, ...], dict[str, Any]]]:
         for split in g.by_op.get("Split", ()):
             acts = []
             for tensor in split.outputs:
@@ -522,7 +522,7 @@ class ActivationThroughSplit(_ScanRule):
                 binding = {"x": split.inputs[0], "ys": tuple(a.outputs[0] for a in acts)}
                 yield (split, *acts), binding
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         split, *acts = m.nodes
         sizes = split.inputs[1] if len(split.inputs) > 1 else ""
         if sizes and not g.is_const(sizes):
@@ -534,7 +534,7 @@ class ActivationThroughSplit(_ScanRule):
                 return False
         return _same_activation(acts, g)
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         split, act = m.nodes[0], m.nodes[1]
         (activated,) = b.op(act.op, (m["x"], *act.inputs[1:]), 1, **dict(act.attrs))
         b.op("Split", (activated, *split.inputs[1:]), m["ys"], **dict(split.attrs))

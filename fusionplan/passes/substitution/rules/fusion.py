@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusionplan.passes.substitution.graph import MS_DOMAIN, Node, SubGraph
+from fusionplan.ir.model import MS_DOMAIN, ModelGraph, ModelNode
 from fusionplan.passes.substitution.pattern import Builder, Match, Rule
 from fusionplan.passes.substitution.rules.registry import register
 
@@ -35,7 +35,7 @@ class FuseConvBatchNorm(Rule):
     help = "fold an inference BatchNormalization into the conv before it"
     pattern = "c = Conv(x, $w, $b?) ; y = BatchNormalization(c, $scale, $shift, $mean, $var)"
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         eps = float(m.nodes[1].attr("epsilon", 1e-5))
         w, bias = m["w"], m.get("b")
 
@@ -54,11 +54,11 @@ class FuseConvBatchNorm(Rule):
         nb = b.weight((b.shape(w)[0],), new_bias)
         b.op("Conv", (m["x"], nw, nb), (m["y"],), **dict(m.nodes[0].attrs))
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         return m.nodes[1].attr("training_mode", 0) == 0 and len(m.nodes[1].outputs) == 1
 
 
-def _activation_attrs(act: Node, *, gemm: bool = False) -> dict:
+def _activation_attrs(act: ModelNode, *, gemm: bool = False) -> dict:
     """FusedConv/FusedGemm attributes for the activation node ``act``: FusedConv takes
     the slope as ``activation_params``, FusedGemm as ``activation_alpha``; LeakyRelu's
     ONNX default slope (0.01) is spelled out, as the contrib ops require it."""
@@ -74,7 +74,7 @@ class FuseConvActivation(Rule):
     help = "fuse a Relu/Sigmoid/Tanh/LeakyRelu into the conv before it (FusedConv)"
     pattern = "c = Conv(x, $w, $b?) ; y = Relu|Sigmoid|Tanh|LeakyRelu(c)"
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         w, bias = conv_weight_and_bias(b, m)
         b.op(
             FUSED_CONV,
@@ -91,7 +91,7 @@ class FuseGemmActivation(Rule):
     help = "fuse a Relu/Sigmoid/Tanh/LeakyRelu into the Gemm before it (FusedGemm)"
     pattern = "c = Gemm(a, $w, $bias?) ; y = Relu|Sigmoid|Tanh|LeakyRelu(c)"
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         inputs = (m["a"], m["w"], *([m["bias"]] if m.get("bias") else []))
         b.op(
             FUSED_GEMM,
@@ -108,11 +108,11 @@ class MatMulAddToGemm(Rule):
     help = "a 2-D MatMul by a weight plus a bias vector becomes one Gemm"
     pattern = "c = MatMul(a, $w) ; y = Add(c, $bias)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         a, w, bias = g.shape(m["a"]), g.shape(m["w"]), g.shape(m["bias"])
         return len(a) == 2 and len(w) == 2 and bias in ((w[1],), (1, w[1]))
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         bias = m["bias"]
         width = b.shape(m["w"])[1]
         if len(b.shape(bias)) == 2:

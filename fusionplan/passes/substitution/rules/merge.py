@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fusionplan.passes.substitution.graph import MS_DOMAIN, Dims, Node, SubGraph
+from fusionplan.ir.model import MS_DOMAIN, Dims, ModelGraph, ModelNode
 from fusionplan.passes.substitution.pattern import Builder, Match, Rule
 from fusionplan.passes.substitution.rules.registry import register
 
@@ -57,7 +57,7 @@ class ConvGeometry:
         return self.kernel, self.strides, self.dilations, self.pads
 
 
-def geometry(g: SubGraph, node: Node) -> ConvGeometry | None:
+def geometry(g: ModelGraph, node: ModelNode) -> ConvGeometry | None:
     """The geometry of a Conv/FusedConv, or None where it is implicit (``auto_pad``) or
     inconsistent (attribute lengths, ``kernel_shape`` against the weight)."""
     if node.attr("auto_pad", "NOTSET") != "NOTSET":
@@ -75,13 +75,13 @@ def geometry(g: SubGraph, node: Node) -> ConvGeometry | None:
     return ConvGeometry(kernel, strides, dilations, pads, int(node.attr("group", 1)))
 
 
-def epilogue(node: Node) -> tuple[Any, ...]:
+def epilogue(node: ModelNode) -> tuple[Any, ...]:
     """The op and every non-geometry attribute (a FusedConv's activation and its params):
     two convs merge only if these agree."""
     return node.op, tuple((k, v) for k, v in node.attrs if k not in _GEOMETRY)
 
 
-def gemm_attrs(node: Node) -> dict[str, Any]:
+def gemm_attrs(node: ModelNode) -> dict[str, Any]:
     """A Gemm/FusedGemm's attributes with ONNX defaults filled in."""
     return {**_GEMM_DEFAULTS, **dict(node.attrs)}
 
@@ -129,7 +129,7 @@ def conv_inputs(x: str, w: str, bias: str | None) -> tuple[str, ...]:
     return (x, w, bias) if bias else (x, w)
 
 
-def activation_attrs(act: Node) -> dict[str, Any]:
+def activation_attrs(act: ModelNode) -> dict[str, Any]:
     """FusedConv's attributes for the activation node ``act``; LeakyRelu always passes its
     alpha (onnxruntime rejects a FusedConv LeakyRelu without ``activation_params``)."""
     params = (float(act.attr("alpha", 0.01)),) if act.op == "LeakyRelu" else None
@@ -149,7 +149,7 @@ class EitherAddOrder(Rule):
 
     swapped: ClassVar[str]
 
-    def matches(self, g: SubGraph, near: Iterable[str] | None = None) -> list[Match]:
+    def matches(self, g: ModelGraph, near: Iterable[str] | None = None) -> list[Match]:
         near = None if near is None else list(near)
         found = {m.key: m for m in super().matches(g, near)}
         for m in self._twin.matches(g, near):
@@ -171,7 +171,7 @@ class MergeSiblingConvs(Rule):
     help = "merge two convs of one input (same window, same activation) into one conv + Split"
     pattern = f"a = {CONVS}(x, $w1, $b1?) ; c = {CONVS}(x, $w2, $b2?)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         first, second = m.nodes
         one, two = geometry(g, first), geometry(g, second)
         return (
@@ -182,7 +182,7 @@ class MergeSiblingConvs(Rule):
             and g.dtype(m["w1"]) == g.dtype(m["w2"])
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         first = m.nodes[0]
         o1, o2 = b.shape(m["w1"])[0], b.shape(m["w2"])[0]
         w = concat_weights(b, (m["w1"], m["w2"]), axis=0)
@@ -205,7 +205,7 @@ class EnlargeConvKernel(Rule):
     help = "zero-pad a conv's kernel to a sibling conv's larger kernel (enables a merge)"
     pattern = f"y = {CONVS}(x, $w, $b?) ; s = {CONVS}(x, $ws, $bs?)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         small, big = m.nodes
         have, want = geometry(g, small), geometry(g, big)
         if have is None or want is None or epilogue(small) != epilogue(big):
@@ -219,7 +219,7 @@ class EnlargeConvKernel(Rule):
             return False
         return _enlarged_pads(have, want) == want.pads
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         small, big = m.nodes
         have, want = geometry(g, small), geometry(g, big)
         assert have is not None and want is not None
@@ -255,7 +255,7 @@ class MergeSiblingMatMuls(Rule):
     help = "merge two MatMuls of one input by 2-D weights into one MatMul + Split"
     pattern = "a = MatMul(x, $w1) ; c = MatMul(x, $w2)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         w1, w2 = g.shape(m["w1"]), g.shape(m["w2"])
         return (
             len(w1) == 2
@@ -264,7 +264,7 @@ class MergeSiblingMatMuls(Rule):
             and g.dtype(m["w1"]) == g.dtype(m["w2"])
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         n1, n2 = b.shape(m["w1"])[1], b.shape(m["w2"])[1]
         w = concat_weights(b, (m["w1"], m["w2"]), axis=1)
         (y,) = b.op("MatMul", (m["x"], w), 1)
@@ -281,7 +281,7 @@ class MergeSiblingGemms(Rule):
     help = "merge two Gemm/FusedGemm of one input (same attributes) into one Gemm + Split"
     pattern = f"a = {GEMMS}(x, $w1, $c1?) ; c = {GEMMS}(x, $w2, $c2?)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         first, second = m.nodes
         return (
             first.op == second.op
@@ -291,7 +291,7 @@ class MergeSiblingGemms(Rule):
             and g.dtype(m["w1"]) == g.dtype(m["w2"])
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         first = m.nodes[0]
         trans_b = bool(gemm_attrs(first)["transB"])
         cols = [b.shape(m[w])[0 if trans_b else 1] for w in ("w1", "w2")]
@@ -333,7 +333,7 @@ class MergeSiblingGemms(Rule):
 
 
 # ---------------------------------------------------------------------- conv + add
-def _residual_ok(g: SubGraph, m: Match) -> bool:
+def _residual_ok(g: ModelGraph, m: Match) -> bool:
     """``r`` is another tensor of exactly the conv output's shape and type (no broadcast)."""
     return (
         m["r"] != m["c"]
@@ -342,7 +342,7 @@ def _residual_ok(g: SubGraph, m: Match) -> bool:
     )
 
 
-def _fusable_add(g: SubGraph, m: Match) -> bool:
+def _fusable_add(g: ModelGraph, m: Match) -> bool:
     """FusedConv can take ``r`` as its Z input: explicit pads, float32 (onnxruntime's
     FusedConv kernel is float-only), ``r`` of the conv output's shape."""
     return (
@@ -361,11 +361,11 @@ class ConvAddIdentity(EitherAddOrder):
     pattern = "c = Conv(x, $w, $b?) ; y = Add(c, r)"
     swapped = "c = Conv(x, $w, $b?) ; y = Add(r, c)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         geo = geometry(g, m.nodes[0])
         return geo is not None and geo.group == 1 and geo.keeps_size and _residual_ok(g, m)
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         conv = m.nodes[0]
         geo = geometry(g, conv)
         assert geo is not None
@@ -404,10 +404,10 @@ class FuseConvAdd(EitherAddOrder):
     pattern = "c = Conv(x, $w, $b?) ; y = Add(c, r)"
     swapped = "c = Conv(x, $w, $b?) ; y = Add(r, c)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         return _fusable_add(g, m)
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         inputs = (m["x"], m["w"], _zero_bias(b, m), m["r"])
         b.op(FUSED_CONV, inputs, (m["y"],), **dict(m.nodes[0].attrs))
 
@@ -422,10 +422,10 @@ class FuseConvAddActivation(EitherAddOrder):
     pattern = f"c = Conv(x, $w, $b?) ; s = Add(c, r) ; y = {ACTIVATIONS}(s)"
     swapped = f"c = Conv(x, $w, $b?) ; s = Add(r, c) ; y = {ACTIVATIONS}(s)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         return _fusable_add(g, m)
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         conv, _, act = m.nodes
         inputs = (m["x"], m["w"], _zero_bias(b, m), m["r"])
         b.op(FUSED_CONV, inputs, (m["y"],), **dict(conv.attrs), **activation_attrs(act))
@@ -435,7 +435,7 @@ class FuseConvAddActivation(EitherAddOrder):
 CONCAT_OF_CONVS = f"a = {CONVS}(x1, $w1, $b1?) ; c = {CONVS}(x2, $w2, $b2?) ; y = Concat(a, c)"
 
 
-def _concat_of_convs_ok(g: SubGraph, m: Match) -> ConvGeometry | None:
+def _concat_of_convs_ok(g: ModelGraph, m: Match) -> ConvGeometry | None:
     """The shared geometry of two convs on different inputs whose outputs are concatenated
     on channels (same op and activation, same window and group, inputs alike but for
     channels); None if they are not such a pair."""
@@ -464,11 +464,11 @@ class ConcatConvsExclusive(Rule):
     help = "Concat of two convs on different inputs -> one conv with a block-diagonal weight"
     pattern = CONCAT_OF_CONVS
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         geo = _concat_of_convs_ok(g, m)
         return geo is not None and geo.group == 1
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         first = m.nodes[0]
         w1, w2 = m["w1"], m["w2"]
         (o1, c1, *kernel), (o2, c2, *_) = b.shape(w1), b.shape(w2)
@@ -495,14 +495,14 @@ class MergeGroupConvs(Rule):
     help = "Concat of two equal-width convs on different inputs -> one conv with 2x the groups"
     pattern = CONCAT_OF_CONVS
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         return (
             _concat_of_convs_ok(g, m) is not None
             and g.shape(m["x1"]) == g.shape(m["x2"])
             and g.shape(m["w1"]) == g.shape(m["w2"])
         )
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         first = m.nodes[0]
         out = b.shape(m["w1"])[0]
         w = concat_weights(b, (m["w1"], m["w2"]), axis=0)
@@ -521,11 +521,11 @@ class SplitGroupConv(Rule):
     help = "split a conv with an even group count into two convs on the channel halves"
     pattern = f"y = {CONVS}(x, $w, $b?)"
 
-    def check(self, g: SubGraph, m: Match) -> bool:
+    def check(self, g: ModelGraph, m: Match) -> bool:
         geo = geometry(g, m.nodes[0])
         return geo is not None and geo.group > 1 and geo.group % 2 == 0
 
-    def rewrite(self, g: SubGraph, m: Match, b: Builder) -> None:
+    def rewrite(self, g: ModelGraph, m: Match, b: Builder) -> None:
         conv = m.nodes[0]
         half_groups = int(conv.attr("group")) // 2
         channels = b.shape(m["x"])[1] // 2

@@ -15,11 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.search.backtracking import Backtracking
 from fusionplan.passes.substitution.search.base import (
     Problem,
-    SearchResult,
+    RewriteResult,
     SubstitutionSearch,
 )
 from fusionplan.passes.substitution.search.metaflow import search_boundary, search_part
@@ -29,7 +29,7 @@ from fusionplan.passes.substitution.search.split import (
     flow_split,
 )
 
-Measure = Callable[[SubGraph], float]
+Measure = Callable[[ModelGraph], float]
 """Seconds one run of a graph takes on the device at hand."""
 
 
@@ -50,7 +50,7 @@ class AutoGraph(SubstitutionSearch):
         self.boundary_share = boundary_share
         self.measure = measure
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult:
         started = time.perf_counter()
         root = problem.start(graph)
         parts = flow_split(graph, problem.matches(graph), self.threshold)

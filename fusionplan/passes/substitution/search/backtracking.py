@@ -11,16 +11,16 @@ import itertools
 import time
 from collections.abc import Callable, Iterable
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.search.base import (
     BudgetExhausted,
-    Candidate,
     Problem,
-    SearchResult,
+    RewriteCandidate,
+    RewriteResult,
     SubstitutionSearch,
 )
 
-Focus = Callable[[SubGraph], Iterable[str]]
+Focus = Callable[[ModelGraph], Iterable[str]]
 """Restricts a search to matches using the returned nodes (a boundary re-search)."""
 
 
@@ -32,17 +32,17 @@ class Backtracking(SubstitutionSearch):
         self.queue_cap = queue_cap
         self.focus = focus
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult:
         started = time.perf_counter()
         root = problem.start(graph)
         self.explore(problem, root)
         return problem.result(self.name, root, started)
 
-    def explore(self, problem: Problem, root: Candidate) -> Candidate:
+    def explore(self, problem: Problem, root: RewriteCandidate) -> RewriteCandidate:
         """Best-first from ``root`` until the queue empties or the budget is spent."""
         best = root
         tie = itertools.count()
-        queue: list[tuple[float, int, Candidate]] = [(root.cost, next(tie), root)]
+        queue: list[tuple[float, int, RewriteCandidate]] = [(root.cost, next(tie), root)]
         seen = {root.graph.fingerprint}
         try:
             while queue:

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.cost import GraphCost
-from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.pattern import Match, Rule
 
 DEFAULT_BUDGET = 5000
@@ -31,27 +31,27 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class RewriteCandidate:
     """A graph the search reached, how, and what it costs."""
 
-    graph: SubGraph
+    graph: ModelGraph
     steps: tuple[Step, ...]
     cost: float
 
-    def then(self, step: Step, graph: SubGraph, cost: float) -> Candidate:
-        return Candidate(graph, (*self.steps, step), cost)
+    def then(self, step: Step, graph: ModelGraph, cost: float) -> RewriteCandidate:
+        return RewriteCandidate(graph, (*self.steps, step), cost)
 
 
 @dataclass(frozen=True)
-class SearchResult:
+class RewriteResult:
     search: str
-    original: Candidate
-    best: Candidate
-    top: tuple[Candidate, ...]  # the best distinct graphs seen, cheapest first
+    original: RewriteCandidate
+    best: RewriteCandidate
+    top: tuple[RewriteCandidate, ...]  # the best distinct graphs seen, cheapest first
     expanded: int
     generated: int
     seconds: float
-    measured: tuple[tuple[Candidate, float], ...] = ()
+    measured: tuple[tuple[RewriteCandidate, float], ...] = ()
     """Candidates timed on a device (AutoGraph's check) with their seconds, fastest first."""
     budget_hit: bool = False
     """The budget ran out: an exact search's answer is then not proven."""
@@ -79,11 +79,11 @@ class Problem:
     expanded: int = 0
     generated: int = 0
     _limit_nodes: int = field(default=0, repr=False)
-    _top: dict[int, Candidate] = field(default_factory=dict, repr=False)
+    _top: dict[int, RewriteCandidate] = field(default_factory=dict, repr=False)
 
-    def start(self, g: SubGraph) -> Candidate:
+    def start(self, g: ModelGraph) -> RewriteCandidate:
         self._limit_nodes = int(len(g) * self.max_growth) + 1
-        root = Candidate(g, (), self.cost(g))
+        root = RewriteCandidate(g, (), self.cost(g))
         self._remember(root)
         return root
 
@@ -91,14 +91,14 @@ class Problem:
     def exhausted(self) -> bool:
         return self.generated >= self.budget
 
-    def matches(self, g: SubGraph, near: Iterable[str] | None = None) -> list[Match]:
+    def matches(self, g: ModelGraph, near: Iterable[str] | None = None) -> list[Match]:
         """Every rule's matches in ``g`` (only those using a ``near`` node, if given); each
         call counts as expanding ``g``."""
         self.expanded += 1
         names = None if near is None else list(near)
         return [m for rule in self.rules for m in rule.matches(g, names)]
 
-    def child(self, parent: Candidate, match: Match) -> Candidate | None:
+    def child(self, parent: RewriteCandidate, match: Match) -> RewriteCandidate | None:
         """Apply ``match``; None if the result exceeds the size cap."""
         if self.exhausted:
             raise BudgetExhausted
@@ -122,8 +122,8 @@ class Problem:
         self.generated += part.generated
 
     def replay(
-        self, start: Candidate, steps: Sequence[Step], *, skip_missing: bool = False
-    ) -> Candidate:
+        self, start: RewriteCandidate, steps: Sequence[Step], *, skip_missing: bool = False
+    ) -> RewriteCandidate:
         """Apply recorded steps (found on a part of the graph) to ``start``'s graph.
 
         Node names are stable and names a rule creates depend only on its match, so a step
@@ -145,24 +145,26 @@ class Problem:
                 raise RuntimeError(f"step {step} does not replay")  # a framework bug
             graph = rule.apply(graph, match)
             applied.append(step)
-        result = Candidate(graph, (*start.steps, *applied), self.cost(graph))
+        result = RewriteCandidate(graph, (*start.steps, *applied), self.cost(graph))
         self._remember(result)
         return result
 
-    def _remember(self, c: Candidate, keep: int = 16) -> None:
+    def _remember(self, c: RewriteCandidate, keep: int = 16) -> None:
         held = self._top.get(c.graph.fingerprint)
         if held is None or c.cost < held.cost or len(c.steps) < len(held.steps):
             self._top[c.graph.fingerprint] = c if held is None or c.cost <= held.cost else held
         if len(self._top) > 4 * keep:
             self._top = dict(sorted(self._top.items(), key=lambda kv: kv[1].cost)[:keep])
 
-    def top(self, k: int = 8) -> tuple[Candidate, ...]:
+    def top(self, k: int = 8) -> tuple[RewriteCandidate, ...]:
         return tuple(sorted(self._top.values(), key=lambda c: (c.cost, len(c.steps)))[:k])
 
-    def result(self, name: str, root: Candidate, started: float, **extra: Any) -> SearchResult:
+    def result(
+        self, name: str, root: RewriteCandidate, started: float, **extra: Any
+    ) -> RewriteResult:
         top = self.top()
         best = extra.pop("best", top[0])
-        return SearchResult(
+        return RewriteResult(
             name,
             root,
             best,
@@ -191,7 +193,7 @@ class Footprint:
     stale: frozenset[str]
 
 
-def footprint(parent: SubGraph, child: SubGraph) -> Footprint:
+def footprint(parent: ModelGraph, child: ModelGraph) -> Footprint:
     new = [n for name, n in child.nodes.items() if parent.nodes.get(name) is not n]
     gone = [n for name, n in parent.nodes.items() if child.nodes.get(name) is not n]
     tensors = {t for n in (*new, *gone) for t in (*n.inputs, *n.outputs) if t}
@@ -210,4 +212,4 @@ class SubstitutionSearch(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult: ...
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult: ...

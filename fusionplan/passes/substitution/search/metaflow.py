@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import time
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.search.backtracking import Backtracking
 from fusionplan.passes.substitution.search.base import (
-    Candidate,
     Problem,
-    SearchResult,
+    RewriteCandidate,
+    RewriteResult,
     Step,
     SubstitutionSearch,
 )
@@ -38,7 +38,7 @@ class MetaFlow(SubstitutionSearch):
         self.threshold = threshold
         self.boundary_share = boundary_share
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult:
         started = time.perf_counter()
         root = problem.start(graph)
         parts = flow_split(graph, problem.matches(graph), self.threshold)
@@ -53,7 +53,7 @@ class MetaFlow(SubstitutionSearch):
 
 
 def search_part(
-    problem: Problem, graph: SubGraph, part: list[str], search: Backtracking, share: float
+    problem: Problem, graph: ModelGraph, part: list[str], search: Backtracking, share: float
 ) -> Problem:
     """One part searched as a graph of its own with ``share`` x its size of the budget; the
     forked problem, whose ``top`` holds the part's best candidates."""
@@ -63,12 +63,14 @@ def search_part(
     return sub
 
 
-def search_boundary(problem: Problem, start: Candidate, cut: set[str], alpha: float) -> Candidate:
+def search_boundary(
+    problem: Problem, start: RewriteCandidate, cut: set[str], alpha: float
+) -> RewriteCandidate:
     """Backtracking over the matches next to the cuts (and next to what it rewrites)."""
     base = set(start.graph.nodes)
     seeds = boundary_nodes(start.graph, cut)
 
-    def focus(g: SubGraph) -> list[str]:
+    def focus(g: ModelGraph) -> list[str]:
         return [n for n in g.nodes if n in seeds or n not in base]
 
     return Backtracking(alpha, focus=focus).explore(problem, start)

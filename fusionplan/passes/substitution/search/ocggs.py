@@ -29,13 +29,13 @@ import random
 import time
 from collections.abc import Callable
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.pattern import Match
 from fusionplan.passes.substitution.search.base import (
     BudgetExhausted,
-    Candidate,
     Problem,
-    SearchResult,
+    RewriteCandidate,
+    RewriteResult,
     SubstitutionSearch,
     footprint,
 )
@@ -49,7 +49,7 @@ class Pruning(SubstitutionSearch):
     def __init__(self, depth: int = DEFAULT_DEPTH) -> None:
         self.depth = depth
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult:
         started = time.perf_counter()
         root = problem.start(graph)
         with contextlib.suppress(BudgetExhausted):
@@ -59,7 +59,7 @@ class Pruning(SubstitutionSearch):
     def _visit(
         self,
         problem: Problem,
-        cand: Candidate,
+        cand: RewriteCandidate,
         last: tuple[str, tuple[str, ...]] | None,
         near: frozenset[str],
         left: int,
@@ -82,7 +82,7 @@ class DynamicProgramming(SubstitutionSearch):
     def __init__(self, depth: int = DEFAULT_DEPTH) -> None:
         self.depth = depth
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult:
         started = time.perf_counter()
         root = problem.start(graph)
         # a graph's matches are worked out when it is expanded, from its parent's (most
@@ -111,7 +111,7 @@ class Lazy:
 
     __slots__ = ("_make", "_matches", "cand")
 
-    def __init__(self, cand: Candidate, make: Callable[[], list[Match]]) -> None:
+    def __init__(self, cand: RewriteCandidate, make: Callable[[], list[Match]]) -> None:
         self.cand = cand
         self._make: Callable[[], list[Match]] | None = make
         self._matches: list[Match] = []
@@ -120,8 +120,8 @@ class Lazy:
     def of(
         cls,
         problem: Problem,
-        parent: Candidate,
-        child: Candidate,
+        parent: RewriteCandidate,
+        child: RewriteCandidate,
         matches: list[Match],
     ) -> Lazy:
         return cls(child, lambda: _child_matches(problem, parent, child, matches))
@@ -133,7 +133,7 @@ class Lazy:
 
 
 def _child_matches(
-    problem: Problem, parent: Candidate, child: Candidate, matches: list[Match]
+    problem: Problem, parent: RewriteCandidate, child: RewriteCandidate, matches: list[Match]
 ) -> list[Match]:
     """The child's matches: the parent's that the rewrite left alone, plus new ones near it."""
     changed = footprint(parent.graph, child.graph)
@@ -150,7 +150,7 @@ class Sampling(SubstitutionSearch):
         self.steps = steps
         self.seed = seed
 
-    def run(self, problem: Problem, graph: SubGraph) -> SearchResult:
+    def run(self, problem: Problem, graph: ModelGraph) -> RewriteResult:
         started = time.perf_counter()
         rng = random.Random(self.seed)
         root = problem.start(graph)
@@ -172,16 +172,16 @@ class Sampling(SubstitutionSearch):
     def _step(
         self,
         problem: Problem,
-        current: Candidate,
+        current: RewriteCandidate,
         matches: list[Match],
         seen: set[int],
         rng: random.Random,
-    ) -> Candidate | None:
+    ) -> RewriteCandidate | None:
         """The cheapest qualifying child among ``q`` sampled matches; if none qualifies,
         the next ``q`` untried ones, until all are tried."""
         order = rng.sample(matches, len(matches))
         for start in range(0, len(order), self.q):
-            best: Candidate | None = None
+            best: RewriteCandidate | None = None
             for match in order[start : start + self.q]:
                 child = problem.child(current, match)
                 if child is None or child.graph.fingerprint in seen:

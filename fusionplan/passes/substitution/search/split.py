@@ -15,14 +15,14 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from fusionplan.passes.substitution.graph import SubGraph
+from fusionplan.ir.model import ModelGraph
 from fusionplan.passes.substitution.pattern import Match
 
 DEFAULT_THRESHOLD = 30
 
 
 def flow_split(
-    g: SubGraph, matches: Sequence[Match], threshold: int = DEFAULT_THRESHOLD
+    g: ModelGraph, matches: Sequence[Match], threshold: int = DEFAULT_THRESHOLD
 ) -> list[list[str]]:
     """Node-name parts of ``g`` (in topological order), each at most ``threshold`` ops."""
     order = list(g.nodes)
@@ -57,7 +57,7 @@ def flow_split(
     return parts
 
 
-def _spanning(g: SubGraph, matches: Sequence[Match]) -> Counter[tuple[str, str]]:
+def _spanning(g: ModelGraph, matches: Sequence[Match]) -> Counter[tuple[str, str]]:
     span: Counter[tuple[str, str]] = Counter()
     for m in matches:
         names = set(m.names)
@@ -70,7 +70,7 @@ def _spanning(g: SubGraph, matches: Sequence[Match]) -> Counter[tuple[str, str]]
     return span
 
 
-def cut_tensors(g: SubGraph, parts: Sequence[Sequence[str]]) -> set[str]:
+def cut_tensors(g: ModelGraph, parts: Sequence[Sequence[str]]) -> set[str]:
     """Tensors produced in one part and read in another."""
     part_of = {name: i for i, names in enumerate(parts) for name in names}
     return {
@@ -81,7 +81,7 @@ def cut_tensors(g: SubGraph, parts: Sequence[Sequence[str]]) -> set[str]:
     }
 
 
-def boundary_nodes(g: SubGraph, tensors: set[str]) -> set[str]:
+def boundary_nodes(g: ModelGraph, tensors: set[str]) -> set[str]:
     """Producers and readers in ``g`` of the given tensors (those still in ``g``)."""
     near: set[str] = set()
     for t in tensors:

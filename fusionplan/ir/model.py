@@ -1,12 +1,18 @@
-"""The graph the substitution search rewrites: an immutable ONNX-level DAG with lazy weights.
+"""The model IR: an immutable ONNX-level DAG with lazy weights, the graph every pass reads
+and writes (docs/design.md, "IR").
+
+:func:`fusionplan.ir.onnx_model.from_onnx` builds it once from an ONNX model (checked,
+shapes inferred, constant subgraphs folded into weights); passes rewrite it; the planner
+lowers it to its :class:`fusionplan.ir.graph.OpGraph` (:mod:`fusionplan.ir.lowering`), and
+ONNX is written back only at the boundary (:func:`fusionplan.ir.onnx_model.to_onnx`).
 
 A search builds thousands of candidate graphs (TASO's budget on ResNet-50 is 5,000), so a
-rewrite must be cheap: :meth:`SubGraph.replace` copies dicts of references, weights are
-shared between graphs, and a weight a rule derives (a folded BN, a merged kernel) is a
-:class:`Weight` whose array is computed only when a graph is written out. Node and weight
-names a rule creates are derived from the rule and the names it matched
+rewrite must be cheap: :meth:`ModelGraph.replace` copies dicts of references, weights are
+shared between graphs, and a weight a rule derives (a folded BN, a merged kernel) or the
+importer folds is a :class:`Weight` whose array is computed only when it is read. Node and
+weight names a rule creates are derived from the rule and the names it matched
 (:func:`fresh_name`), so two search paths that reach the same graph name it the same way;
-:meth:`SubGraph.fingerprint`, a hash of the set of nodes, dedupes such graphs in the
+:meth:`ModelGraph.fingerprint`, a hash of the set of nodes, dedupes such graphs in the
 searches.
 
 Ops are named by their qualified type: ``"Conv"`` for the default ONNX domain,
@@ -24,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from accel_model.latency.signature import OpSignature, TensorSig
+from fusionplan.ir.shapes import Dims
 
-Dims = tuple[int, ...]
 AttrValue = Any  # int, float, str, a tuple of those, or a TensorAttr
 MS_DOMAIN = "com.microsoft"
 SMALL_CONST = 64
@@ -100,7 +105,7 @@ class Weight:
 
 
 @dataclass(frozen=True)
-class Node:
+class ModelNode:
     """One op. ``inputs`` may hold ``""`` for an omitted optional input, as in ONNX."""
 
     name: str
@@ -118,6 +123,11 @@ class Node:
 
     def __hash__(self) -> int:
         return self._hash
+
+    @property
+    def op_type(self) -> str:
+        """The ONNX op type without its domain (``"FusedConv"``)."""
+        return self.op.rpartition(".")[2]
 
     def attr(self, name: str, default: Any = None) -> Any:
         for key, value in self.attrs:
@@ -180,18 +190,18 @@ class Replacement:
     cancellation such as ``Split(Concat(a, b)) -> a, b`` produces no node for it).
     """
 
-    nodes: tuple[Node, ...]
+    nodes: tuple[ModelNode, ...]
     weights: Mapping[str, Weight] = field(default_factory=dict)
     tensors: Mapping[str, TensorInfo] = field(default_factory=dict)
     aliases: Mapping[str, str] = field(default_factory=dict)
 
 
-class SubGraph:
+class ModelGraph:
     """An immutable op DAG: nodes in topological order, tensor infos, weights, graph I/O."""
 
     def __init__(
         self,
-        nodes: Iterable[Node],
+        nodes: Iterable[ModelNode],
         tensors: Mapping[str, TensorInfo],
         weights: Mapping[str, Weight],
         inputs: Sequence[str],
@@ -200,7 +210,7 @@ class SubGraph:
         opsets: Mapping[str, int] | None = None,
         name: str = "graph",
     ) -> None:
-        self.nodes: dict[str, Node] = {n.name: n for n in _topological(nodes)}
+        self.nodes: dict[str, ModelNode] = {n.name: n for n in _topological(nodes)}
         self.tensors = dict(tensors)
         self.weights = dict(weights)
         self.inputs = tuple(inputs)
@@ -213,12 +223,12 @@ class SubGraph:
         return len(self.nodes)
 
     @cached_property
-    def producer(self) -> dict[str, Node]:
+    def producer(self) -> dict[str, ModelNode]:
         return {t: n for n in self.nodes.values() for t in n.outputs if t}
 
     @cached_property
-    def consumers(self) -> dict[str, tuple[Node, ...]]:
-        users: dict[str, list[Node]] = {}
+    def consumers(self) -> dict[str, tuple[ModelNode, ...]]:
+        users: dict[str, list[ModelNode]] = {}
         for node in self.nodes.values():
             for t in dict.fromkeys(node.inputs):
                 if t:
@@ -226,15 +236,15 @@ class SubGraph:
         return {t: tuple(ns) for t, ns in users.items()}
 
     @cached_property
-    def by_op(self) -> dict[str, tuple[Node, ...]]:
-        groups: dict[str, list[Node]] = {}
+    def by_op(self) -> dict[str, tuple[ModelNode, ...]]:
+        groups: dict[str, list[ModelNode]] = {}
         for node in self.nodes.values():
             groups.setdefault(node.op, []).append(node)
         return {op: tuple(ns) for op, ns in groups.items()}
 
     @cached_property
     def order(self) -> dict[str, int]:
-        """Node name -> position in topological order."""
+        """ModelNode name -> position in topological order."""
         return {name: i for i, name in enumerate(self.nodes)}
 
     def shape(self, tensor: str) -> Dims:
@@ -257,20 +267,6 @@ class SubGraph:
             n.name not in names for n in self.consumers.get(tensor, ())
         )
 
-    def signature(self, node: Node) -> OpSignature:
-        """What the latency models key on: op, input/output shapes, attributes."""
-        domain, op_type = split_qualified(node.op)
-        inputs = tuple(self._tensor_sig(t) if t else None for t in node.inputs)
-        outputs = tuple(self._tensor_sig(t) for t in node.outputs if t)
-        return OpSignature(op_type, domain, inputs, outputs, node.attrs)
-
-    def _tensor_sig(self, tensor: str) -> TensorSig:
-        weight = self.weights.get(tensor)
-        if weight is not None:
-            return TensorSig(weight.shape, weight.dtype, True, weight.small_value)
-        info = self.tensors[tensor]
-        return TensorSig(info.shape, info.dtype)
-
     @cached_property
     def fingerprint(self) -> int:
         """Identity of the graph for dedupe within a process: a hash of its set of nodes.
@@ -281,7 +277,7 @@ class SubGraph:
         return hash((sum(hash(n) for n in self.nodes.values()) & _MASK, self.outputs))
 
     # ---------------------------------------------------------------- rewriting
-    def replace(self, removed: Iterable[str], replacement: Replacement) -> SubGraph:
+    def replace(self, removed: Iterable[str], replacement: Replacement) -> ModelGraph:
         """A new graph with the named nodes removed and ``replacement`` put in their place.
 
         Consumers of an aliased tensor read its alias; an alias of a graph output becomes an
@@ -290,20 +286,20 @@ class SubGraph:
         """
         gone = set(removed)
         alias = dict(replacement.aliases)
-        extra: list[Node] = []
+        extra: list[ModelNode] = []
         for old, new in alias.items():
             if old in self.outputs:
-                extra.append(Node(fresh_name("alias", old, new), "Identity", (new,), (old,)))
+                extra.append(ModelNode(fresh_name("alias", old, new), "Identity", (new,), (old,)))
         alias = {k: v for k, v in alias.items() if k not in self.outputs}
         reached = False
-        before: list[Node] = []
-        after: list[Node] = []
+        before: list[ModelNode] = []
+        after: list[ModelNode] = []
         for node in self.nodes.values():
             if node.name in gone:
                 reached = True  # kept nodes from the first removed one on go after the new ones
                 continue
             if alias and any(t in alias for t in node.inputs):
-                node = Node(
+                node = ModelNode(
                     node.name,
                     node.op,
                     tuple(_resolve(alias, t) for t in node.inputs),
@@ -322,11 +318,11 @@ class SubGraph:
         produced = {t for n in nodes for t in n.outputs}
         keep = produced | set(self.inputs)
         tensors = {k: v for k, v in tensors.items() if k in keep}
-        return SubGraph(
+        return ModelGraph(
             nodes, tensors, weights, self.inputs, self.outputs, opsets=self.opsets, name=self.name
         )
 
-    def subgraph(self, names: Iterable[str]) -> SubGraph:
+    def subgraph(self, names: Iterable[str]) -> ModelGraph:
         """The named nodes as a graph of their own: tensors entering from outside become
         inputs, tensors read outside (or graph outputs) become outputs."""
         keep = set(names)
@@ -344,7 +340,7 @@ class SubGraph:
         used = {t for n in nodes for t in n.inputs}
         weights = {k: w for k, w in self.weights.items() if k in used}
         tensors = {t: self.tensors[t] for t in (*inputs, *produced)}
-        return SubGraph(
+        return ModelGraph(
             nodes, tensors, weights, inputs, outputs, opsets=self.opsets, name=self.name
         )
 
@@ -358,11 +354,11 @@ def _resolve(alias: Mapping[str, str], tensor: str) -> str:
     return tensor
 
 
-def _live(nodes: list[Node], outputs: Sequence[str]) -> list[Node]:
+def _live(nodes: list[ModelNode], outputs: Sequence[str]) -> list[ModelNode]:
     """Drop nodes none of whose outputs is read (dead code after a rewrite); ``nodes`` in
     topological order."""
     needed = set(outputs)
-    keep: list[Node] = []
+    keep: list[ModelNode] = []
     for node in reversed(nodes):
         if any(t in needed for t in node.outputs):
             keep.append(node)
@@ -371,7 +367,7 @@ def _live(nodes: list[Node], outputs: Sequence[str]) -> list[Node]:
     return keep
 
 
-def _topological(nodes: Iterable[Node]) -> list[Node]:
+def _topological(nodes: Iterable[ModelNode]) -> list[ModelNode]:
     """Kahn's order, stable: nodes keep their given order wherever dependencies allow."""
     pending = list(nodes)
     producer = {t: n.name for n in pending for t in n.outputs if t}
@@ -391,7 +387,7 @@ def _topological(nodes: Iterable[Node]) -> list[Node]:
             users.setdefault(dep, []).append(i)
     ready = [i for i, n in enumerate(pending) if indegree[n.name] == 0]
     ready.sort(reverse=True)
-    order: list[Node] = []
+    order: list[ModelNode] = []
     while ready:
         i = ready.pop()
         node = pending[i]
@@ -406,5 +402,5 @@ def _topological(nodes: Iterable[Node]) -> list[Node]:
             ready.extend(released)
             ready.sort(reverse=True)
     if len(order) != len(pending):
-        raise ValueError("substitution produced a cycle")  # a rule bug, not user input
+        raise ValueError("a rewrite produced a cycle")  # a rule bug, not user input
     return order
