@@ -195,9 +195,9 @@ def to_onnx(g: SubGraph, *, standard_ops: bool = False) -> onnx.ModelProto:
     """An ONNX model computing what ``g`` computes; passes ``onnx.checker``.
 
     With ``standard_ops``, onnxruntime's fused contrib ops are written as the standard ops
-    they fuse (``FusedConv`` -> ``Conv`` [+ ``Add``] + activation): for consumers that read
-    only the ONNX standard, such as the fusion planner's importer, which fuses activations
-    into their producer itself.
+    they fuse (``FusedConv`` -> ``Conv`` [+ ``Add``] [+ activation]): a portable model for
+    any ONNX runtime, and for the fusion planner's importer, which fuses activations into
+    their producer itself.
     """
     nodes = []
     domains = set()
@@ -220,7 +220,8 @@ def to_onnx(g: SubGraph, *, standard_ops: bool = False) -> onnx.ModelProto:
     io = {*g.inputs, *g.outputs}
     known = [_value_info(g, t) for t in g.tensors if t not in io]  # contrib ops lack inference
     graph = helper.make_graph(nodes, g.name, inputs, outputs, initializers, value_info=known)
-    opsets = dict(g.opsets)
+    # the default domain and those the nodes use: a standard-op model imports no contrib set
+    opsets = {d: v for d, v in g.opsets.items() if d in domains or d in ("", "ai.onnx")}
     if MS_DOMAIN in domains:
         opsets.setdefault(MS_DOMAIN, 1)
     model = helper.make_model(
@@ -243,23 +244,29 @@ def _thaw(value: Any) -> Any:
 
 
 def _standard(nodes: Iterable[Node]) -> Iterator[Node]:
+    """``FusedConv``/``FusedGemm`` as the standard ops they fuse: ``Conv`` (or ``Gemm``),
+    then ``Add`` of FusedConv's Z input where it has one, then the activation where it has
+    one; the last of these writes the fused node's output."""
     for node in nodes:
         if node.op not in (f"{MS_DOMAIN}.FusedConv", f"{MS_DOMAIN}.FusedGemm"):
             yield node
             continue
-        base = "Conv" if node.op.endswith("FusedConv") else "Gemm"
+        conv = node.op.endswith("FusedConv")
         act = node.attr("activation")
         params = node.attr("activation_params") or ()
-        attrs = node.with_attrs(activation=None, activation_params=None)
+        alpha = params[0] if params else node.attr("activation_alpha")
+        attrs = node.with_attrs(activation=None, activation_params=None, activation_alpha=None)
         ins, out = node.inputs, node.outputs[0]
-        summed = base == "Conv" and len(ins) > 3 and ins[3]
-        mid = f"{out}__pre"
-        yield Node(node.name, base, ins[:3], (mid,), attrs)
-        if summed:
-            yield Node(f"{node.name}__add", "Add", (mid, ins[3]), (f"{out}__sum",))
-            mid = f"{out}__sum"
-        act_attrs = make_attrs(alpha=params[0] if params else None)
-        yield Node(f"{node.name}__act", act, (mid,), (out,), act_attrs)
+        residual = ins[3] if conv and len(ins) > 3 and ins[3] else ""
+        mid = f"{out}__pre" if residual or act else out
+        yield Node(node.name, "Conv" if conv else "Gemm", ins[:3], (mid,), attrs)
+        if residual:
+            summed = f"{out}__sum" if act else out
+            yield Node(f"{node.name}__add", "Add", (mid, residual), (summed,))
+            mid = summed
+        if act:
+            slope = make_attrs(alpha=alpha if act == "LeakyRelu" else None)
+            yield Node(f"{node.name}__act", act, (mid,), (out,), slope)
 
 
 def _value_info(g: SubGraph, tensor: str) -> onnx.ValueInfoProto:
@@ -280,13 +287,17 @@ class Equivalence:
         return self.max_rel_error <= self.tolerance
 
 
-def ort_session(model: onnx.ModelProto, *, threads: int = 0) -> Any:
+def ort_session(model: onnx.ModelProto, *, threads: int = 0, optimize: bool = True) -> Any:
     """An onnxruntime CPU session for ``model``; a model it cannot load is a one-line
-    :class:`ModelError` (a search on a model nothing can run is wasted)."""
+    :class:`ModelError` (a search on a model nothing can run is wasted). ``optimize=False``
+    turns onnxruntime's graph optimisations off (``ORT_DISABLE_ALL``): the graph runs as
+    written, none of onnxruntime's own fusions."""
     import onnxruntime as ort  # heavy: loads the runtime, only when a model is run
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # fatal only: failures surface as our one-line error
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -311,12 +322,15 @@ def random_feeds(session: Any, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def run_model(model: onnx.ModelProto, *, seed: int = 0) -> dict[str, np.ndarray]:
+def run_model(
+    model: onnx.ModelProto, *, seed: int = 0, optimize: bool = True
+) -> dict[str, np.ndarray]:
     """Outputs of one onnxruntime run on a seeded random input (normal, float32); a model
-    that fails to run is a one-line :class:`ModelError`."""
+    that fails to run is a one-line :class:`ModelError`. ``optimize`` as for
+    :func:`ort_session`."""
     import onnxruntime as ort  # heavy: already loaded by ort_session
 
-    session = ort_session(model)
+    session = ort_session(model, optimize=optimize)
     feeds = random_feeds(session, seed)
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # fatal only: a failing run reports through our one line
@@ -332,9 +346,10 @@ def check_equivalence(
     original: onnx.ModelProto, rewritten: onnx.ModelProto, *, tolerance: float = 1e-4, seed: int = 0
 ) -> Equivalence:
     """Run both in onnxruntime on one random input and compare every output
-    (:func:`max_relative_error`)."""
-    ref = run_model(original, seed=seed)
-    got = run_model(rewritten, seed=seed)
+    (:func:`max_relative_error`). Both run with onnxruntime's graph optimisations off: its
+    own fusions can neither hide a wrong rewrite nor make a right one differ."""
+    ref = run_model(original, seed=seed, optimize=False)
+    got = run_model(rewritten, seed=seed, optimize=False)
     return Equivalence(max_relative_error(ref, got), tolerance)
 
 
