@@ -180,3 +180,29 @@ def test_autograph_measure_also_gives_a_measured_headline() -> None:
     r = substitute(inception_block(), request).report
     assert r.measured and r.speedup_measured is not None and r.speedup_measured > 0
     assert r.to_json()["speedup_baseline"].startswith("the original model in onnxruntime")
+
+
+def test_contrib_ops_of_the_original_are_expanded_or_named() -> None:
+    # a model already optimised by onnxruntime: its FusedConv has a standard form, its
+    # contrib Gelu has none and stays, named in the summary rather than hidden
+    nodes = [
+        helper.make_node(
+            "FusedConv", ["x", "w", "b"], ["c"], domain="com.microsoft", activation="Relu"
+        ),
+        helper.make_node("Gelu", ["c"], ["y"], domain="com.microsoft"),
+    ]
+    info = [helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, [1, 4, 6, 6]) for t in "xyc"]
+    inits = [weight("w", 4, 4, 1, 1), weight("b", 4)]
+    graph = helper.make_graph(nodes, "g", info[:1], info[1:2], inits, value_info=info[2:])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    m = helper.make_model(graph, opset_imports=opsets)
+    m.ir_version = 8
+    r = substitute(m, SubstitutionRequest(search="taso", budget=20))
+    assert [(n.domain, n.op_type) for n in r.model.graph.node] == [
+        ("", "Conv"),
+        ("", "Relu"),
+        ("com.microsoft", "Gelu"),
+    ]
+    assert "standard ONNX ops, but com.microsoft.Gelu of the original has no standard form" in (
+        r.summary()
+    )

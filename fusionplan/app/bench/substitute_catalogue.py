@@ -35,11 +35,11 @@ from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.passes import PASSES
+from fusionplan.passes.substitution.pipeline import STANDARD_DOMAINS
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 
 BEGIN = "<!-- fusionplan bench substitute-catalogue: begin (generated) -->"
 END = "<!-- fusionplan bench substitute-catalogue: end -->"
-STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
 
 Row = dict[str, Any]
 
