@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from fusionplan.ir.model import ModelGraph
 from fusionplan.ir.onnx_model import from_onnx, to_onnx
 from fusionplan.ir.onnx_run import check_equivalence
+from fusionplan.passes.substitution.pipeline import STANDARD_DOMAINS
 from fusionplan.passes.substitution.rules.registry import RULES
 
 RNG = np.random.default_rng(0)
@@ -64,13 +65,25 @@ def apply_everywhere(m: onnx.ModelProto, rule_name: str) -> tuple[ModelGraph, in
 def assert_rule_preserves(
     m: onnx.ModelProto, rule_name: str, *, times: int = 1, tolerance: float = 1e-4
 ) -> ModelGraph:
-    """The rule applies exactly ``times`` times to ``m``, and the rewritten model passes
-    ``onnx.checker`` and matches the original in onnxruntime to ``tolerance`` (relative)."""
+    """The rule applies exactly ``times`` times to ``m``, and the rewritten model, written
+    with onnxruntime's contrib ops and with standard ops only, passes ``onnx.checker`` and
+    matches the original in onnxruntime (optimisations off) to ``tolerance`` (relative)."""
     g, applied = apply_everywhere(m, rule_name)
     assert applied == times, f"{rule_name} applied {applied} times, expected {times}"
-    result = check_equivalence(m, to_onnx(g), tolerance=tolerance)
-    assert result.ok, f"{rule_name}: relative error {result.max_rel_error:.2e}"
+    for standard_ops in (False, True):  # as onnxruntime runs it, and portable
+        written = to_onnx(g, standard_ops=standard_ops)
+        if standard_ops:
+            assert_standard_ops(written)
+        result = check_equivalence(m, written, tolerance=tolerance)
+        assert result.ok, f"{rule_name}: relative error {result.max_rel_error:.2e}"
     return g
+
+
+def assert_standard_ops(m: onnx.ModelProto) -> None:
+    """Every node is a default-domain ONNX op and no other opset is imported: the model
+    needs none of onnxruntime's contrib ops."""
+    domains = {n.domain for n in m.graph.node} | {o.domain for o in m.opset_import}
+    assert domains <= STANDARD_DOMAINS, domains
 
 
 def inception_block(channels: int = 4, size: int = 6) -> onnx.ModelProto:

@@ -33,7 +33,8 @@ def test_cli_writes_an_equivalent_faster_model(block: Path, tmp_path: Path) -> N
     out = tmp_path / "out.onnx"
     result = invoke("substitute", block, "--search", "taso", "-q", "--json", "-o", out)
     report = json.loads(result.output)
-    assert report["speedup"] > 1 and report["steps"] and report["max_rel_error"] <= 1e-4
+    assert report["speedup_estimated"] > 1 and report["steps"] and report["max_rel_error"] <= 1e-4
+    assert report["speedup_measured"] is None and report["target"] == "onnx"
     rewritten = onnx.load(out)
     onnx.checker.check_model(rewritten)
     assert check_equivalence(onnx.load(block), rewritten).ok
@@ -118,7 +119,7 @@ def test_plan_with_substitute_prepass(block: Path, tmp_path: Path) -> None:
 
 def test_api_and_pass_agree_with_onnxruntime(block: Path) -> None:
     result = fp.substitute(block, search="ocggs-sample", budget=200)
-    assert result.report.speedup > 1
+    assert result.report.speedup_estimated > 1
     assert check_equivalence(onnx.load(block), result.model).ok
     graph = from_onnx(onnx.load(block))
     passed = PASSES.get("substitute")().run(graph, make_context(PASSES, ["substitute"]))
@@ -127,4 +128,4 @@ def test_api_and_pass_agree_with_onnxruntime(block: Path) -> None:
     domains = {n.domain for n in rewritten.graph.node}
     assert domains <= {""}, domains
     assert check_equivalence(onnx.load(block), rewritten).ok
-    assert np.isfinite(passed.report.to_json()["speedup"])
+    assert np.isfinite(passed.report.to_json()["speedup_estimated"])

@@ -44,6 +44,7 @@ from fusionplan.passes.streams.simulate import EVENT_S
 from fusionplan.passes.substitution.pipeline import (
     SubstitutionRequest,
     SubstitutionResult,
+    Target,
 )
 from fusionplan.passes.substitution.pipeline import substitute as run_substitution
 from fusionplan.passes.substitution.search import REWRITE_SEARCHES
@@ -162,11 +163,14 @@ def substitute(
     measure: str | None = None,
     guard: bool = False,
     seed: int = 0,
+    target: Target = "onnx",
     progress: Callable[[int], None] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> SubstitutionResult:
     """Rewrite ``model`` (ONNX path, zoo name or ModelProto) into a cheaper equivalent graph
     under an op-latency model; ``result.model`` is the ONNX, ``result.report`` what changed.
+    ``target="onnxruntime"`` lets the result use onnxruntime's contrib ops (``FusedConv``);
+    the default writes standard ONNX ops only.
     ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``)."""
     REWRITE_SEARCHES.check(search)
     LATENCY_MODELS.check(device)
@@ -180,6 +184,7 @@ def substitute(
         measure=measure,
         guard=guard,
         seed=seed,
+        target=target,
     )
     return run_substitution(model, request, progress=progress, input_shapes=input_shapes)
 

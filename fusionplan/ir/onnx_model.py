@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -365,13 +365,18 @@ def _elem_types(types: Mapping[str, onnx.TypeProto]) -> dict[str, str]:
     return out
 
 
+OnnxWriter = Callable[[ModelGraph], onnx.ModelProto]
+"""How a caller writes model graphs (``to_onnx`` with its options fixed): what is measured
+or shipped is the graph as written."""
+
+
 def to_onnx(g: ModelGraph, *, standard_ops: bool = False) -> onnx.ModelProto:
     """An ONNX model computing what ``g`` computes; passes ``onnx.checker``.
 
     With ``standard_ops``, onnxruntime's fused contrib ops are written as the standard ops
-    they fuse (``FusedConv`` -> ``Conv`` [+ ``Add``] + activation): for consumers that read
-    only the ONNX standard, such as the fusion planner's importer, which fuses activations
-    into their producer itself.
+    they fuse (``FusedConv`` -> ``Conv`` [+ ``Add``] [+ activation]): a portable model for
+    any ONNX runtime, and for the fusion planner's importer, which fuses activations into
+    their producer itself.
     """
     nodes = []
     domains = set()
@@ -384,7 +389,8 @@ def to_onnx(g: ModelGraph, *, standard_ops: bool = False) -> onnx.ModelProto:
     io = {*g.inputs, *g.outputs}
     known = [_value_info(g, t) for t in g.tensors if t not in io]  # contrib ops lack inference
     graph = helper.make_graph(nodes, g.name, inputs, outputs, initializers, value_info=known)
-    opsets = dict(g.opsets)
+    # the default domain and those the nodes use: a standard-op model imports no contrib set
+    opsets = {d: v for d, v in g.opsets.items() if d in domains or d in ("", "ai.onnx")}
     if MS_DOMAIN in domains:
         opsets.setdefault(MS_DOMAIN, 1)
     model = helper.make_model(
@@ -420,23 +426,29 @@ def _thaw(value: Any) -> Any:
 
 
 def _standard(nodes: Iterable[ModelNode]) -> Iterator[ModelNode]:
+    """``FusedConv``/``FusedGemm`` as the standard ops they fuse: ``Conv`` (or ``Gemm``),
+    then ``Add`` of FusedConv's Z input where it has one, then the activation where it has
+    one; the last of these writes the fused node's output."""
     for node in nodes:
         if node.op not in (f"{MS_DOMAIN}.FusedConv", f"{MS_DOMAIN}.FusedGemm"):
             yield node
             continue
-        base = "Conv" if node.op.endswith("FusedConv") else "Gemm"
+        conv = node.op.endswith("FusedConv")
         act = node.attr("activation")
         params = node.attr("activation_params") or ()
-        attrs = node.with_attrs(activation=None, activation_params=None)
+        alpha = params[0] if params else node.attr("activation_alpha")
+        attrs = node.with_attrs(activation=None, activation_params=None, activation_alpha=None)
         ins, out = node.inputs, node.outputs[0]
-        summed = base == "Conv" and len(ins) > 3 and ins[3]
-        mid = f"{out}__pre"
-        yield ModelNode(node.name, base, ins[:3], (mid,), attrs)
-        if summed:
-            yield ModelNode(f"{node.name}__add", "Add", (mid, ins[3]), (f"{out}__sum",))
-            mid = f"{out}__sum"
-        act_attrs = make_attrs(alpha=params[0] if params else None)
-        yield ModelNode(f"{node.name}__act", act, (mid,), (out,), act_attrs)
+        residual = ins[3] if conv and len(ins) > 3 and ins[3] else ""
+        mid = f"{out}__pre" if residual or act else out
+        yield ModelNode(node.name, "Conv" if conv else "Gemm", ins[:3], (mid,), attrs)
+        if residual:
+            summed = f"{out}__sum" if act else out
+            yield ModelNode(f"{node.name}__add", "Add", (mid, residual), (summed,))
+            mid = summed
+        if act:
+            slope = make_attrs(alpha=alpha if act == "LeakyRelu" else None)
+            yield ModelNode(f"{node.name}__act", act, (mid,), (out,), slope)
 
 
 def _value_info(g: ModelGraph, tensor: str) -> onnx.ValueInfoProto:

@@ -27,13 +27,17 @@ class Equivalence:
         return self.max_rel_error <= self.tolerance
 
 
-def ort_session(model: onnx.ModelProto, *, threads: int = 0) -> Any:
+def ort_session(model: onnx.ModelProto, *, threads: int = 0, optimize: bool = True) -> Any:
     """An onnxruntime CPU session for ``model``; a model it cannot load is a one-line
-    :class:`ModelError` (a search on a model nothing can run is wasted)."""
+    :class:`ModelError` (a search on a model nothing can run is wasted). ``optimize=False``
+    turns onnxruntime's graph optimisations off (``ORT_DISABLE_ALL``): the graph runs as
+    written, none of onnxruntime's own fusions."""
     import onnxruntime as ort  # heavy: loads the runtime, only when a model is run
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # fatal only: failures surface as our one-line error
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -58,12 +62,15 @@ def random_feeds(session: Any, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def run_model(model: onnx.ModelProto, *, seed: int = 0) -> dict[str, np.ndarray]:
+def run_model(
+    model: onnx.ModelProto, *, seed: int = 0, optimize: bool = True
+) -> dict[str, np.ndarray]:
     """Outputs of one onnxruntime run on a seeded random input (normal, float32); a model
-    that fails to run is a one-line :class:`ModelError`."""
+    that fails to run is a one-line :class:`ModelError`. ``optimize`` as for
+    :func:`ort_session`."""
     import onnxruntime as ort  # heavy: already loaded by ort_session
 
-    session = ort_session(model)
+    session = ort_session(model, optimize=optimize)
     feeds = random_feeds(session, seed)
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # fatal only: a failing run reports through our one line
@@ -79,9 +86,10 @@ def check_equivalence(
     original: onnx.ModelProto, rewritten: onnx.ModelProto, *, tolerance: float = 1e-4, seed: int = 0
 ) -> Equivalence:
     """Run both in onnxruntime on one random input and compare every output
-    (:func:`max_relative_error`)."""
-    ref = run_model(original, seed=seed)
-    got = run_model(rewritten, seed=seed)
+    (:func:`max_relative_error`). Both run with onnxruntime's graph optimisations off: its
+    own fusions can neither hide a wrong rewrite nor make a right one differ."""
+    ref = run_model(original, seed=seed, optimize=False)
+    got = run_model(rewritten, seed=seed, optimize=False)
     return Equivalence(max_relative_error(ref, got), tolerance)
 
 

@@ -30,6 +30,6 @@ PASSES.register_lazy(
 # neither substitution nor streams imports the other
 MEASURES.register_lazy(
     "streams",
-    "fusionplan.passes.streams.measure:stream_latency",
+    "fusionplan.passes.streams.measure:stream_measure",
     help="the graph's stream schedule executed (CUDA Graph on a GPU, threads on the CPU)",
 )

@@ -38,6 +38,10 @@ from fusionplan.app.bench.streams import MODELS as STREAMS_MODELS
 from fusionplan.app.bench.streams import markdown as streams_markdown
 from fusionplan.app.bench.streams import run_bench as run_streams_bench
 from fusionplan.app.bench.streams import write_markdown as write_streams_markdown
+from fusionplan.app.bench.substitute_catalogue import (
+    SubstituteCatalogueConfig,
+    run_substitute_catalogue,
+)
 from fusionplan.app.bench.substitution import BENCH_SEARCHES as SUBSTITUTION_SEARCHES
 from fusionplan.app.bench.substitution import MODELS as SUBSTITUTION_MODELS
 from fusionplan.app.bench.substitution import markdown as substitution_markdown
@@ -61,6 +65,9 @@ from fusionplan.engines.scaling import markdown as scaling_markdown
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path
 from fusionplan.passes.substitution.search import REWRITE_SEARCHES
+from fusionplan.passes.substitution.search.base import (
+    DEFAULT_BUDGET as DEFAULT_SUBSTITUTION_BUDGET,
+)
 from fusionplan.planning.split import SPLITTERS
 
 
@@ -274,6 +281,51 @@ def bench_catalogue(
         )
     failed = sum("error" in r for r in rows)
     click.echo(f"wrote {report_path} ({len(rows)} models, {failed} with a failure row)")
+
+
+@bench_group.command("substitute-catalogue")
+@click.option(
+    "--models",
+    help="Comma list of zoo or torchvision names (default: the zoo, then every other "
+    "torchvision classification and segmentation model).",
+)
+@click.option("--search", "search_name", default="metaflow", show_default=True)
+@click.option("--budget", type=int, default=DEFAULT_SUBSTITUTION_BUDGET, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    metavar="DIRECTORY",
+    default="bench-out/substitute-catalogue",
+    show_default=True,
+    help="Finished models (runs.jsonl); rerunning resumes.",
+)
+@click.option("--report", metavar="FILE", help="Markdown file (default OUT/report.md).")
+@click.option("--retry-failed", is_flag=True, help="Run models whose stored row failed again.")
+@click.option("-q", "--quiet", is_flag=True)
+def bench_substitute_catalogue(
+    models, search_name, budget, seed, out_dir, report, retry_failed, quiet
+) -> None:
+    """Every zoo and torchvision model through the substitute pre-pass (standard ONNX
+    output): ops before and after, substitutions, the equivalence error against the
+    original (onnxruntime optimisations off), contrib-free, and a reason where one fails.
+    Each model runs in a worker process; rerunning resumes."""
+    check_output_path(out_dir, directory=True)
+    report_path = check_output_path(Path(out_dir) / "report.md" if report is None else report)
+    config = SubstituteCatalogueConfig(search=search_name, budget=budget, seed=seed)
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    with progress_bar("models", enabled=not quiet) as progress:
+        rows = run_substitute_catalogue(
+            _names(models) or catalogue_models(),
+            config,
+            out_dir,
+            report_path,
+            retry_failed=retry_failed,
+            command=command or "fusionplan bench substitute-catalogue",
+            progress=progress,
+        )
+    failed = sum("error" in r for r in rows)
+    click.echo(f"wrote {report_path} ({len(rows)} models, {failed} failed)")
 
 
 @bench_group.command("sweeps")

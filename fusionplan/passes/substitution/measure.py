@@ -8,12 +8,12 @@ model after another here gave 10-15 % swings between runs of the same graph).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import onnx
 
 from fusionplan.ir.model import ModelGraph
-from fusionplan.ir.onnx_model import to_onnx
+from fusionplan.ir.onnx_model import OnnxWriter
 from fusionplan.ir.onnx_run import ort_session, random_feeds
 from fusionplan.ir.timing import time_interleaved
 
@@ -33,6 +33,7 @@ def ort_latency(model: onnx.ModelProto, *, threads: int = 1, repeats: int = 20) 
     return ort_latencies([model], threads=threads, repeats=repeats)[0]
 
 
-def graph_latency(g: ModelGraph) -> float:
-    """Median seconds per run of a model graph (the ``ort`` measure of AutoGraph's loop)."""
-    return ort_latency(to_onnx(g))
+def ort_measure(write: OnnxWriter) -> Callable[[ModelGraph], float]:
+    """The ``ort`` measure of AutoGraph's loop: median seconds per run of a model graph as
+    ``write`` writes it (the ONNX the request ships)."""
+    return lambda g: ort_latency(write(g))
