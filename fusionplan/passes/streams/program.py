@@ -21,7 +21,7 @@ import numpy as np
 from accel_model.latency.graph import node_signature
 from accel_model.latency.torch_ops import Kernel, supports, torch_kernel
 from fusionplan.ir.errors import ConfigError
-from fusionplan.ir.model import ModelGraph, ModelNode, Weight
+from fusionplan.ir.model import ModelGraph
 
 
 def check_schedulable(g: ModelGraph) -> ModelGraph:
