@@ -117,6 +117,27 @@ def test_a_constant_graph_output_stays_computed() -> None:
     assert list(g.nodes) == ["relu", "shape"] and not g.weights
 
 
+def test_a_random_op_and_what_reads_it_are_never_folded() -> None:
+    """RandomNormalLike has only constant inputs but no constant value."""
+    nodes = [
+        helper.make_node("RandomNormalLike", ["w"], ["noise"], name="noise"),
+        helper.make_node("Mul", ["noise", "two"], ["scaled"], name="scale"),
+        helper.make_node("Add", ["x", "scaled"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "random",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [
+            numpy_helper.from_array(np.zeros((1, 4), np.float32), "w"),
+            numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        ],
+    )
+    g = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert list(g.nodes) == ["noise", "scale", "add"]
+
+
 def test_a_large_weight_transform_is_folded_lazily() -> None:
     """A Transpose of a weight above the eager limit becomes a weight whose array is only
     computed when read; its declared shape and dtype come from shape inference."""

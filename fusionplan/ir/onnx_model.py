@@ -171,19 +171,21 @@ def _fold(
         return None
     outs = [o for o in proto.output if o]
     given = [t for t in ins if t]
-    if all(o in resolved.values for o in outs) and proto.op_type != "Constant":
-        return {o: Weight.of(resolved.values[o]) for o in outs}
     node = _renamed(proto, ins)
     if proto.op_type == "Constant":
         tensor = next((a.t for a in proto.attribute if a.name == "value"), None)
         if tensor is not None and not tensor.external_data:  # a weight: read when used
             dims, dtype = tuple(tensor.dims), _np_name(tensor.data_type)
             return {outs[0]: Weight.lazy(dims, lambda: numpy_helper.to_array(tensor), dtype)}
-    if proto.op_type in ("Shape", "Size"):
+    static = proto.op_type in ("Shape", "Size")
+    on_constants = proto.op_type == "Constant" or (given and all(t in weights for t in given))
+    if not (static or on_constants):
+        return None
+    if all(o in resolved.values for o in outs):  # evaluated by shape resolution
+        return {o: Weight.of(resolved.values[o]) for o in outs}
+    if static:
         value = evaluate_node(node, {}, shapes, opsets)
         return None if value is None else {o: Weight.of(v) for o, v in value.items()}
-    if not all(t in weights for t in given) or (not given and proto.op_type != "Constant"):
-        return None
     known = [shapes.get(o) for o in outs]
     large_out = any(d is not None and math.prod(d) > FOLD_EAGER for d in known)
     if not large_out and all(math.prod(weights[t].shape) <= FOLD_EAGER for t in given):
