@@ -23,10 +23,12 @@ from data.zoo import model_source, resolve_model
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
-from fusionplan.ir.onnx_import import graph_from_proto
+from fusionplan.ir.lowering import lower
+from fusionplan.ir.onnx_import import check_batch_one
 from fusionplan.ir.onnx_model import (
     from_onnx,
     load_onnx,
+    standard_graph,
     to_onnx,
     with_input_shapes,
 )
@@ -245,20 +247,23 @@ def run_prepasses(
     context's passes on it in order (:class:`Sequential`) and lower the result to the
     planner's graph.
 
-    ONNX is the boundary only: read here, and written again only to lower a graph a pass
-    rewrote (where no pass changed it, the planner imports the model's own file).
+    ONNX is the boundary only: read here once; the passes' graph is lowered as it is (with
+    onnxruntime's fused ops as the standard ops they fuse), and written back to ONNX only
+    where a pass rewrote it, for ``--onnx-out``.
     """
     runner = Sequential(PASSES, context)  # names and order checked before the import
     source = model_source(model)
+    if input_shapes:
+        check_batch_one(input_shapes)
     original = load_onnx(source)
     graph = from_onnx(with_input_shapes(original, input_shapes), command="plan --prepass")
     graph.name = name = Path(os.fspath(model)).stem
     result = runner.run(graph)
-    rewritten = to_onnx(result.graph, standard_ops=True) if result.modified else None
-    imported = graph_from_proto(
-        rewritten or original, name=name, input_shapes=input_shapes, strict_ops=strict_ops
+    planned = standard_graph(result.graph)
+    rewritten = to_onnx(planned) if result.modified else None  # for --onnx-out only
+    return Prepared(
+        lower(planned, name=name, strict_ops=strict_ops), pass_records(result), rewritten
     )
-    return Prepared(imported, pass_records(result), rewritten)
 
 
 def pass_records(result: PipelineResult) -> tuple[PassRecord, ...]:

@@ -52,7 +52,7 @@ def graph_from_proto(
     """Import an in-memory ``onnx.ModelProto`` (see :func:`load_model`); ``input_shapes``
     change ``model`` in place."""
     if input_shapes:
-        _check_batch_one(input_shapes)
+        check_batch_one(input_shapes)
         fix_input_shapes(model, input_shapes)
     # Checking by path handles external weights and models over 2 GB.
     path = check_path if check_path is not None and not input_shapes else None
@@ -60,7 +60,7 @@ def graph_from_proto(
     return lower(graph, name=name, strict_ops=strict_ops)
 
 
-def _check_batch_one(input_shapes: Mapping[str, Sequence[int]]) -> None:
+def check_batch_one(input_shapes: Mapping[str, Sequence[int]]) -> None:
     """Refuse a fixed input shape with a batch other than 1: the op graph is one inference
     (:func:`chw` folds leading axes into the channels), so a batch of 2 would be planned as
     one image with twice the channels, not as two images. The batch is the first axis, or

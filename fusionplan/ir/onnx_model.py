@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -380,9 +380,11 @@ def to_onnx(g: ModelGraph, *, standard_ops: bool = False) -> onnx.ModelProto:
     any ONNX runtime, and for the fusion planner's importer, which fuses activations into
     their producer itself.
     """
+    if standard_ops:
+        g = standard_graph(g)
     nodes = []
     domains = set()
-    for node in _standard(g.nodes.values()) if standard_ops else g.nodes.values():
+    for node in g.nodes.values():
         domains.add(split_qualified(node.op)[0])
         nodes.append(node_proto(node))
     initializers = [numpy_helper.from_array(w.array, name) for name, w in g.weights.items()]
@@ -427,14 +429,34 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-def _standard(nodes: Iterable[ModelNode]) -> Iterator[ModelNode]:
-    """``FusedConv``/``FusedGemm`` as the standard ops they fuse: ``Conv`` (or ``Gemm``),
+def standard_graph(g: ModelGraph) -> ModelGraph:
+    """``g`` with onnxruntime's fused contrib ops as the standard ops they fuse: what any
+    ONNX runtime and the planner's lowering read. The tensors between the parts of a fused
+    op have its output's shape and type; ``g`` itself when it has no such op."""
+    if not any(node.op in FUSED_CONTRIB for node in g.nodes.values()):
+        return g
+    nodes: list[ModelNode] = []
+    tensors = dict(g.tensors)
+    for node in g.nodes.values():
+        for part in _standard(node):
+            nodes.append(part)
+            for t in part.outputs:
+                tensors.setdefault(t, g.tensors[node.outputs[0]])
+    opsets = {d: v for d, v in g.opsets.items() if d != MS_DOMAIN}
+    return ModelGraph(nodes, tensors, g.weights, g.inputs, g.outputs, opsets=opsets, name=g.name)
+
+
+FUSED_CONTRIB = frozenset({f"{MS_DOMAIN}.FusedConv", f"{MS_DOMAIN}.FusedGemm"})
+"""onnxruntime's fused ops the substitution rules write; each has a standard form."""
+
+
+def _standard(node: ModelNode) -> Iterator[ModelNode]:
+    """A ``FusedConv``/``FusedGemm`` as the standard ops it fuses: ``Conv`` (or ``Gemm``),
     then ``Add`` of FusedConv's Z input where it has one, then the activation where it has
-    one; the last of these writes the fused node's output."""
-    for node in nodes:
-        if node.op not in (f"{MS_DOMAIN}.FusedConv", f"{MS_DOMAIN}.FusedGemm"):
-            yield node
-            continue
+    one; the last of these writes the fused node's output. Any other node as it is."""
+    if node.op not in FUSED_CONTRIB:
+        yield node
+    else:
         conv = node.op.endswith("FusedConv")
         act = node.attr("activation")
         params = node.attr("activation_params") or ()
