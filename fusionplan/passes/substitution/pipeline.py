@@ -19,10 +19,12 @@ from typing import Any
 
 import onnx
 
+from accel_model import Accelerator
 from accel_model.latency import LatencyModel, make_latency_model
 from data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
 from fusionplan.ir.io import write_atomic
+from fusionplan.ir.registry import Registry
 from fusionplan.passes.streams.measure import stream_latency
 from fusionplan.passes.substitution.convert import (
     Equivalence,
@@ -33,12 +35,17 @@ from fusionplan.passes.substitution.convert import (
     to_onnx,
     with_input_shapes,
 )
-from fusionplan.passes.substitution.cost import CostBreakdown, CostKind, GraphCost
+from fusionplan.passes.substitution.cost import CostBreakdown, GraphCost
 from fusionplan.passes.substitution.graph import SubGraph
 from fusionplan.passes.substitution.guard import guard
 from fusionplan.passes.substitution.measure import ort_latencies, ort_latency
 from fusionplan.passes.substitution.rules import make_rules
-from fusionplan.passes.substitution.search import SEARCHES, Problem, SearchResult
+from fusionplan.passes.substitution.search import (
+    SEARCHES,
+    Problem,
+    SearchResult,
+    SubstitutionSearch,
+)
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 
@@ -50,7 +57,7 @@ class SubstitutionRequest:
     """What to search with; every name is checked against its registry."""
 
     search: str = "metaflow"
-    cost: CostKind = "sum"
+    cost: str = "sum"  # a CostKind (op latency) or an ACCELERATOR_COSTS name ("dram")
     device: str = "h100"
     budget: int = DEFAULT_BUDGET
     depth: int = DEFAULT_DEPTH  # K, for the exact OCGGS searches
@@ -60,6 +67,30 @@ class SubstitutionRequest:
     tolerance: float = 1e-4
     standard_ops: bool = False  # write fused contrib ops as standard ONNX (for the planner)
     guard: bool = False  # time the result here (onnxruntime CPU); undo rules that slow it
+    # the accelerator an ACCELERATOR_COSTS cost plans on (None: ``fusionplan plan``'s
+    # default) and the planner's effort there: give the plan's own, and the pass never
+    # returns a graph whose plan takes more DRAM than the original's
+    accelerator: Accelerator | None = None
+    plan_effort: float = 1.0
+
+
+AcceleratorSearch = Callable[
+    [
+        onnx.ModelProto,
+        SubGraph,
+        SubstitutionSearch,
+        SubstitutionRequest,
+        "Callable[[int], None] | None",
+    ],
+    tuple[SearchResult, dict[str, Any]],
+]
+"""Searches ``graph`` (of ``model``) with a cost that plans every candidate on
+``request.accelerator``; the result (``best``: the graph to keep, ``original`` and ``best``
+priced in its unit) and the report's ``accelerator`` field."""
+
+ACCELERATOR_COSTS: Registry[AcceleratorSearch] = Registry("accelerator cost")
+"""Costs that plan each candidate on an accelerator (``dram``: the fusion planner's DRAM).
+The planner sits above the passes, so fusionplan.app.dram_cost registers them."""
 
 
 @dataclass(frozen=True)
@@ -83,9 +114,16 @@ class SubstitutionReport:
     """With the measured guard: CPU ms of the original, the search's graph and the chosen
     one, the rule families dropped, and the search's graph's costs (``after`` is the chosen
     graph's)."""
+    accelerator: dict[str, Any] | None = None
+    """With an accelerator cost: the accelerator, DRAM bytes of the original's and the
+    chosen graph's plans, the graphs re-planned, and how the incremental pricing went."""
 
     @property
     def speedup(self) -> float:
+        """Latency before / after (the op-latency costs); DRAM before / after (``dram``)."""
+        if self.accelerator is not None:
+            a = self.accelerator
+            return a["dram_before"] / a["dram_after"] if a["dram_after"] else 1.0
         chosen = getattr(self.before, self.cost_kind), getattr(self.after, self.cost_kind)
         return chosen[0] / chosen[1] if chosen[1] else 1.0
 
@@ -94,10 +132,23 @@ class SubstitutionReport:
 
     def summary(self) -> str:
         ms = 1e3
+        if self.accelerator is not None:
+            a, mb = self.accelerator, 2**20
+            head = [
+                f"{self.model}: {self.search} search, {self.cost_kind} cost on {a['device']}",
+                f"  DRAM     {a['dram_before'] / mb:.3f} MB -> {a['dram_after'] / mb:.3f} MB "
+                f"({self.speedup:.3f}x less; {len(a['replanned'])} graphs re-planned in full)",
+                f"  pricing  {a['candidates']} plans, {a['seconds_per_candidate']:.2f} s each, "
+                f"{a['hit_rate']:.0%} of new groups priced from other candidates",
+            ]
+        else:
+            head = [
+                f"{self.model}: {self.search} search, {self.cost_kind} cost on {self.device}",
+                f"  cost     {getattr(self.before, self.cost_kind) * ms:.3f} ms -> "
+                f"{getattr(self.after, self.cost_kind) * ms:.3f} ms ({self.speedup:.2f}x)",
+            ]
         lines = [
-            f"{self.model}: {self.search} search, {self.cost_kind} cost on {self.device}",
-            f"  cost     {getattr(self.before, self.cost_kind) * ms:.3f} ms -> "
-            f"{getattr(self.after, self.cost_kind) * ms:.3f} ms ({self.speedup:.2f}x)",
+            *head,
             f"  sum {self.before.sum * ms:.3f} -> {self.after.sum * ms:.3f} ms, critical path "
             f"{self.before.critical_path * ms:.3f} -> {self.after.critical_path * ms:.3f} ms",
             f"  ops      {sum(self.ops_before.values())} -> {sum(self.ops_after.values())}, "
@@ -157,10 +208,22 @@ def substitute(
     run_model(model)  # fail now, in one line, on a model onnxruntime cannot run
     search = _make_search(request)
     latency = latency or make_latency_model(request.device)
-    cost = GraphCost(latency, request.cost)
+    planned = request.cost in ACCELERATOR_COSTS.names()
+    cost = GraphCost(latency, "sum" if planned else request.cost)  # type: ignore[arg-type]
     graph = from_onnx(model)
-    problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
-    result = search.run(problem, graph)
+    accelerator = None
+    if planned:
+        if request.rules is not None or request.guard or request.measure is not None:
+            raise ConfigError(f"--cost {request.cost} picks its own rules; no guard, no measure")
+        on_accelerator = ACCELERATOR_COSTS.get(request.cost)
+        result, accelerator = on_accelerator(model, graph, search, request, progress)
+        if not result.best.steps:  # no rewrite pays: the original model, as it came
+            same = Equivalence(0.0, request.tolerance)
+            report = _report(name or graph.name, request, cost, result, same)
+            return SubstitutionResult(model, replace(report, accelerator=accelerator))
+    else:
+        problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
+        result = search.run(problem, graph)
     guarded, searched = None, result.best
     if request.guard:
         guarded = guard(problem, result.original, result.best, _cpu_timer())
@@ -172,7 +235,9 @@ def substitute(
             f"rewritten model differs from the original (relative error "
             f"{equal.max_rel_error:.1e} > {request.tolerance:g}): not written"
         )
-    report = _report(name or graph.name, request, cost, result, equal)
+    report = replace(
+        _report(name or graph.name, request, cost, result, equal), accelerator=accelerator
+    )
     if guarded is not None:
         ms = 1e3
         report = replace(
@@ -209,9 +274,14 @@ class SubstitutionPass:
     def run(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Any]]:
         result = substitute(model, self.request)
         r = result.report
+        gain = f"{r.speedup:.2f}x by {r.cost_kind} cost"
+        if r.accelerator is not None:
+            mb = 2**20
+            a = r.accelerator
+            gain = f"DRAM {a['dram_before'] / mb:.2f} -> {a['dram_after'] / mb:.2f} MB"
         line = (
             f"{sum(r.ops_before.values())} -> {sum(r.ops_after.values())} ops, "
-            f"{r.speedup:.2f}x by {r.cost_kind} cost ({r.search}, {len(r.steps)} substitutions)"
+            f"{gain} ({r.search}, {len(r.steps)} substitutions)"
         )
         return result.model, {**r.to_json(), "summary": line}
 

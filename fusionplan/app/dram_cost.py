@@ -1,0 +1,455 @@
+"""What a graph costs the accelerator: the DRAM traffic of the fusion planner's plan for it
+(docs/design.md, "DRAM-driven substitution").
+
+:class:`DramCost` prices a candidate graph by planning it: the rewritten :class:`SubGraph`
+is lowered to the planner's :class:`OpGraph` (:func:`lower`), planned with one
+:class:`PlanRequest` (the accelerator's buffer, scheme and bytes per element) and costed in
+DRAM bytes. A rewrite touches few ops, so pricing is incremental:
+
+- every candidate's cost model prices groups through one shared shape memo
+  (:meth:`accel_model.base.CostModel.share_shape_memo`): a group whose ops, shapes and
+  surroundings the rewrite left alone is priced once per search;
+- each candidate's search starts from its parent's plan, carried over by op name (the ops a
+  rule created run alone), so the child's plan is never dearer than its parent's plan.
+
+Searches run with work budgets (``effort``), never seconds: the same command gives the same
+bytes. The search's proxy plans are cheap; :func:`choose` then re-plans the few best graphs
+and the original with the full request of ``fusionplan plan`` and keeps the cheapest, so the
+pass never returns a graph whose plan costs more DRAM than the original's under that request.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import onnx
+
+from accel_model import CostModel
+from fusionplan.app.pipeline import Pipeline, PlanRequest, assemble
+from fusionplan.ir.graph import OpGraph, bits
+from fusionplan.ir.onnx_import import _Importer, graph_from_proto
+from fusionplan.ir.shapes import resolve_shapes
+from fusionplan.passes.substitution.convert import to_onnx
+from fusionplan.passes.substitution.graph import SubGraph, Weight
+from fusionplan.passes.substitution.pattern import Rule
+from fusionplan.passes.substitution.pipeline import (
+    ACCELERATOR_COSTS,
+    AcceleratorSearch,
+    SubstitutionRequest,
+)
+from fusionplan.passes.substitution.rules import make_rules
+from fusionplan.passes.substitution.search.base import (
+    Candidate,
+    Problem,
+    SearchResult,
+    Step,
+    SubstitutionSearch,
+)
+from fusionplan.planning.plan import Plan
+
+SMALL_WEIGHT = 64
+"""Weights up to this many elements travel with their values (the importer reads small
+constants: reshape targets, axes); larger ones travel as their shape only."""
+
+FINALISTS = 3
+"""Graphs besides the original that :func:`choose` re-plans with the full request."""
+
+DRAM_BUDGET = 40
+"""Candidate graphs a DRAM search builds by default (each is a plan: ~0.5 s on Inception-v3)."""
+
+PROXY_EFFORT = 0.02
+"""The planner's effort (search/effort.py) on each candidate while searching, a fraction of
+``fusionplan plan``'s: warm-started from the parent's plan, it only has to re-plan around
+the rewrite."""
+
+NEUTRAL_RULES: tuple[str, ...] = (
+    "fuse-conv-activation",
+    "fuse-gemm-activation",
+    "fuse-conv-add-activation",
+)
+"""Rules whose graph lowers to the same planner graph: standard ONNX spells a fused contrib op
+as the ops it fused, and the planner fuses an activation into its producer itself. They
+enable the merges (siblings merge when their epilogues agree), so :func:`normalise` applies
+them all before the search, which then spends no budget on them. (``fuse-conv-add``, a
+residual without an activation, has no standard spelling in convert.py yet.)"""
+
+DRAM_RULES: tuple[str, ...] = (
+    "merge-sibling-convs",
+    "enlarge-conv-kernel",
+    "merge-sibling-matmuls",
+    "merge-sibling-gemms",
+    "fuse-conv-bn",
+    "fold-mul-into-conv",
+    "fold-add-into-conv",
+    "fold-mul-into-matmul",
+    "factor-add-convs",
+    "concat-add-convs",
+    "factor-add-matmuls",
+    "concat-add-matmuls",
+    "concat-convs-exclusive",
+    "merge-group-convs",
+    "cancel-split-concat",
+    "cancel-concat-split",
+    "merge-concat-concat",
+    "concat-of-split-prefix",
+    "activation-through-concat",
+    "activation-through-split",
+)
+"""The rules a DRAM search tries: every registered rule but the neutral ones, the layout
+rules that only serve a GPU (``split-group-conv``, ``conv-add-identity``) and the matmul
+reassociation (a planner prices matmuls by their operands, which it leaves alone)."""
+
+
+def lower(g: SubGraph) -> OpGraph:
+    """The planner's graph of ``g``: through standard ONNX and the importer, with weights over
+    :data:`SMALL_WEIGHT` elements carried as their shapes only (the importer reads their dims,
+    never their values), so a candidate costs ~30 ms and no derived weight is computed.
+
+    The one conversion from the substitution IR to the planner's; the proto is checked by
+    ``to_onnx`` before its large weights lose their data, so the importer is called without
+    its own check (which rejects a tensor without values)."""
+    big = {n: w for n, w in g.weights.items() if math.prod(w.shape) > SMALL_WEIGHT}
+    light = SubGraph(
+        g.nodes.values(),
+        g.tensors,
+        {n: Weight.of(np.zeros(1, w.dtype)) if n in big else w for n, w in g.weights.items()},
+        g.inputs,
+        g.outputs,
+        opsets=g.opsets,
+        name=g.name,
+    )
+    proto = to_onnx(light, standard_ops=True)
+    for init in proto.graph.initializer:
+        if init.name in big:
+            del init.dims[:]
+            init.dims.extend(big[init.name].shape)
+            init.ClearField("raw_data")
+    return _Importer(proto, g.name, False, resolve_shapes(proto)).run()
+
+
+Groups = tuple[tuple[str, ...], ...]
+
+
+def named_groups(plan: Plan) -> Groups:
+    """A plan's groups as op names, which survive a rewrite that leaves the op alone."""
+    return _names(plan.groups, plan.graph)
+
+
+def _names(groups: Sequence[int], graph: OpGraph) -> Groups:
+    return tuple(tuple(graph.nodes[v].name for v in bits(grp)) for grp in groups)
+
+
+def carry_over(groups: Groups, graph: OpGraph) -> tuple[tuple[int, ...], ...]:
+    """``groups`` (of another graph, by op name) as masks of ``graph``, two ways: an op the
+    other graph lacks is dropped from its group, and an op only ``graph`` has (a rule made it)
+    runs alone, or joins the group of the op its first input comes from (a merged conv its
+    input's producer, an activation its conv). The planner makes either valid and starts
+    from both."""
+    label = {n.name: v for v, n in enumerate(graph.nodes)}
+    masks = [sum(1 << label[n] for n in grp if n in label) for grp in groups]
+    masks = [m for m in masks if m]
+    covered = 0
+    for m in masks:
+        covered |= m
+    new = [v for v in range(len(graph)) if not covered >> v & 1]
+    alone = (*masks, *(1 << v for v in new))
+    joined = list(masks)
+    home = {v: i for i, m in enumerate(joined) for v in bits(m)}
+    for v in new:  # topological order: a new op's producer is placed before it
+        ins = graph.nodes[v].inputs
+        producer = graph.tensors[ins[0]].producer if ins else -1
+        if producer >= 0 and producer in home:
+            joined[home[producer]] |= 1 << v
+            home[v] = home[producer]
+        else:
+            home[v] = len(joined)
+            joined.append(1 << v)
+    return alone, tuple(joined)
+
+
+def lowered_key(graph: OpGraph) -> tuple:
+    """What a plan of ``graph`` depends on: its ops and tensors without their names (a fused
+    contrib op's expansion renames an activation), and its inputs and outputs."""
+    return (
+        tuple(replace(n, name="") for n in graph.nodes),
+        tuple((t.shape, t.producer) for t in graph.tensors),
+        graph.inputs,
+        graph.outputs,
+    )
+
+
+def normalise(g: SubGraph, rules: Sequence[Rule]) -> tuple[SubGraph, tuple[Step, ...]]:
+    """``g`` with every match of ``rules`` applied until none is left, and the steps; meant
+    for :data:`NEUTRAL_RULES`. Each round applies, in match order, every match whose nodes no
+    earlier match of the round has replaced (deterministic; one matching per round)."""
+    steps: list[Step] = []
+    while True:
+        start = g
+        for match in [m for rule in rules for m in rule.matches(start)]:
+            if all(g.nodes.get(n) is start.nodes[n] for n in match.names):
+                g = match.rule.apply(g, match)
+                steps.append(Step(match.rule.name, match.names))
+        if g is start:
+            return g, tuple(steps)
+
+
+@dataclass
+class PricingStats:
+    """How the incremental pricing went: candidates planned, seconds, and the share of group
+    prices the shared shape memo answered (over groups new to a candidate's cost model)."""
+
+    candidates: int = 0  # graphs planned
+    same_lowering: int = 0  # graphs whose lowering was planned already
+    seconds: float = 0.0  # lowering and planning, over both
+    groups: int = 0
+    shared_hits: int = 0
+
+    @property
+    def seconds_per_candidate(self) -> float:
+        priced = self.candidates + self.same_lowering
+        return self.seconds / priced if priced else 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.shared_hits / self.groups if self.groups else 0.0
+
+
+@dataclass
+class DramCost:
+    """``cost(g)``: DRAM bytes of the planner's plan for ``g`` under ``request`` at the
+    search's effort (``request.effort * scale``), warm-started from the plan of the graph
+    :attr:`parent` names (set by :class:`DramProblem` before each child is priced)."""
+
+    request: PlanRequest
+    scale: float = PROXY_EFFORT
+    joint: bool = False
+    """Plan every candidate with ``request`` itself (the exact search, warm-started), not
+    the LNS proxy: rewrites and fusion searched together."""
+    stats: PricingStats = field(default_factory=PricingStats)
+    parent: SubGraph | None = None
+    root_plan: Plan | None = None
+    """The plan of the first graph priced (the original), with the full request."""
+    _memo: dict = field(default_factory=dict, repr=False)
+    _facts: dict = field(default_factory=dict, repr=False)
+    _plans: dict[int, Groups] = field(default_factory=dict, repr=False)
+    _bytes: dict[int, int] = field(default_factory=dict, repr=False)
+    _lowered: dict[tuple, tuple[Groups, int]] = field(default_factory=dict, repr=False)
+
+    @property
+    def proxy(self) -> PlanRequest:
+        """The search's request: LNS from the warm starts at a fraction of the plan's work
+        (joint: the plan's own request)."""
+        if self.joint:
+            return self.request
+        return replace(self.request, search="lns", effort=self.request.effort * self.scale)
+
+    def __call__(self, g: SubGraph) -> float:
+        cached = self._bytes.get(g.fingerprint)
+        if cached is not None:
+            return float(cached)
+        started = time.perf_counter()
+        graph = lower(g)
+        key = lowered_key(graph)
+        known = self._lowered.get(key)
+        if known is not None:  # a rewrite the planner cannot see: the same plan
+            self.stats.same_lowering += 1
+            plan_groups, dram = known
+        else:
+            if self.root_plan is None:  # the search's root: planned as ``fusionplan plan`` does
+                plan = self.root_plan = self.plan(graph, self.request)
+                plan_groups, dram = named_groups(plan), plan.metrics.dram_bytes
+            else:  # from the parent's plan (a part of the graph: from the root's)
+                parent = None if self.parent is None else self._plans.get(self.parent.fingerprint)
+                start = parent or named_groups(self.root_plan)
+                plan_groups, dram = self.improve(graph, carry_over(start, graph))
+            self._lowered[key] = (plan_groups, dram)
+            self.stats.candidates += 1
+        self._plans[g.fingerprint] = plan_groups
+        self._bytes[g.fingerprint] = dram
+        self.stats.seconds += time.perf_counter() - started
+        return float(dram)
+
+    def plan(self, graph: OpGraph, request: PlanRequest) -> Plan:
+        """The plan ``fusionplan plan`` makes of ``graph`` under ``request`` (the shared
+        shape memo changes no price and no work count, so not the plan either)."""
+        pipeline = self._assemble(graph, request)
+        plan = pipeline.run()
+        self._count(pipeline.cost_model)
+        return plan
+
+    def improve(self, graph: OpGraph, warm: Sequence[tuple[int, ...]]) -> tuple[Groups, int]:
+        """The proxy's plan of ``graph`` from the ``warm`` plans, as op names, and its DRAM
+        bytes: the search only (no certificate, no validation: its plans are valid by
+        construction and only the best is kept)."""
+        pipeline = self._assemble(graph, self.proxy)
+        pipeline.problem.warm_start = list(warm)
+        best = pipeline.search.run(pipeline.problem, self.request.seed).best
+        self._count(pipeline.cost_model)
+        return _names(best.groups, graph), best.dram
+
+    def _assemble(self, graph: OpGraph, request: PlanRequest) -> Pipeline:
+        pipeline = assemble(graph, request)
+        pipeline.cost_model.share_shape_memo(self._memo, self._facts)
+        return pipeline
+
+    def _count(self, cm: CostModel) -> None:
+        self.stats.groups += cm.stats.queries - cm.stats.hits
+        self.stats.shared_hits += cm.stats.shape_hits
+
+
+@dataclass
+class DramProblem(Problem):
+    """A :class:`Problem` whose cost is a :class:`DramCost`: it tells the cost which graph a
+    child came from, so the child's plan starts from its parent's."""
+
+    def child(self, parent: Candidate, match):  # type: ignore[override]
+        self.cost.parent = parent.graph  # type: ignore[attr-defined]
+        return super().child(parent, match)
+
+    def replay(self, start: Candidate, steps, *, skip_missing: bool = False) -> Candidate:
+        self.cost.parent = start.graph  # type: ignore[attr-defined]
+        return super().replay(start, steps, skip_missing=skip_missing)
+
+    def fork(self, budget: int) -> Problem:
+        return DramProblem(self.rules, self.cost, max(budget, 0), self.max_growth, self.progress)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The graph the DRAM pass keeps, with the full-request DRAM of every graph it re-planned
+    (the original first)."""
+
+    best: Candidate
+    plan: Plan
+    original_plan: Plan
+    replanned: tuple[tuple[Candidate, int], ...]
+
+    @property
+    def proxies(self) -> tuple[float, ...]:
+        """The search's price of each re-planned graph (the original's is its full plan)."""
+        return tuple(c.cost for c, _ in self.replanned)
+
+
+def choose(
+    cost: DramCost,
+    original: Candidate,
+    finalists: Sequence[Candidate],
+    original_plan: Plan | None = None,
+) -> Choice:
+    """Re-plan ``original`` and ``finalists`` with the full request of ``fusionplan plan``
+    (cold, as that command plans the rewritten model) and keep the cheapest; a tie keeps the
+    graph with fewer steps, so a rewrite that saves nothing is not applied."""
+    request = cost.request
+    if original_plan is None:
+        original_plan = cost.root_plan or cost.plan(lower(original.graph), request)
+    best, best_plan = original, original_plan
+    rows: list[tuple[Candidate, int]] = [(original, original_plan.metrics.dram_bytes)]
+    seen = {original.graph.fingerprint}
+    for c in finalists:
+        if c.graph.fingerprint in seen:
+            continue
+        seen.add(c.graph.fingerprint)
+        plan = cost.plan(lower(c.graph), request)
+        rows.append((c, plan.metrics.dram_bytes))
+        key = (plan.metrics.dram_bytes, len(c.steps))
+        if key < (best_plan.metrics.dram_bytes, len(best.steps)):
+            best, best_plan = c, plan
+    chosen = replace(best, cost=float(best_plan.metrics.dram_bytes))
+    return Choice(chosen, best_plan, original_plan, tuple(rows))
+
+
+def search_dram(
+    g: SubGraph,
+    cost: DramCost,
+    search: SubstitutionSearch,
+    budget: int,
+    *,
+    finalists: int = FINALISTS,
+    progress: Callable[[int], None] | None = None,
+    imported: OpGraph | None = None,
+) -> tuple[SearchResult, Choice]:
+    """The DRAM-driven search: normalise ``g`` by :data:`NEUTRAL_RULES` (kept only if the
+    planner sees the same graph), search :data:`DRAM_RULES` from there under ``cost`` within
+    ``budget`` candidates, add the graph every cheaper candidate's steps make together, and
+    :func:`choose` among the original and the ``finalists`` cheapest graphs by the full
+    request. The result's ``best`` is the chosen graph, its costs DRAM bytes. ``imported``:
+    the original as the planner imports its model file, planned for the comparison where
+    its lowering differs from ``g``'s."""
+    normal, pre = normalise(g, make_rules(list(NEUTRAL_RULES)))
+    if pre and lowered_key(lower(normal)) != lowered_key(lower(g)):
+        normal, pre = g, ()
+    problem = DramProblem(make_rules(list(DRAM_RULES)), cost, budget, progress=progress)
+    result = search.run(problem, normal)
+    cheaper = [c for c in result.top if c.cost < result.original.cost]
+    if len(cheaper) > 1:  # their rewrites together (each one's steps where they still apply)
+        steps = [s for c in cheaper for s in c.steps]
+        problem.replay(result.original, list(dict.fromkeys(steps)), skip_missing=True)
+    top = tuple(Candidate(c.graph, (*pre, *c.steps), c.cost) for c in problem.top())
+    original = Candidate(g, (), cost(g))
+    original_plan = None
+    if imported is not None and lowered_key(imported) != lowered_key(lower(g)):
+        original_plan = cost.plan(imported, cost.request)
+    choice = choose(cost, original, [c for c in top if c.steps][:finalists], original_plan)
+    return replace(result, original=original, best=choice.best, top=top), choice
+
+
+def planner_request(request: SubstitutionRequest, *, joint: bool) -> PlanRequest:
+    """The plan request a DRAM cost prices with: ``fusionplan plan``'s defaults on the
+    request's accelerator at its ``plan_effort``; the exact search in the joint mode."""
+    plan = PlanRequest(effort=request.plan_effort, search="exact" if joint else "auto")
+    return plan if request.accelerator is None else plan.on(request.accelerator)
+
+
+def _on_accelerator(joint: bool) -> AcceleratorSearch:
+    def run(
+        model: onnx.ModelProto,
+        graph: SubGraph,
+        search: SubstitutionSearch,
+        request: SubstitutionRequest,
+        progress: Callable[[int], None] | None,
+    ) -> tuple[SearchResult, dict[str, Any]]:
+        plan_request = planner_request(request, joint=joint).check()
+        cost = DramCost(plan_request, joint=joint)
+        imported = graph_from_proto(model, name=graph.name)
+        result, choice = search_dram(
+            graph, cost, search, request.budget, progress=progress, imported=imported
+        )
+        stats = cost.stats
+        report = {
+            "device": plan_request.accelerator().describe(),
+            "planner": {"search": plan_request.search, "effort": plan_request.effort},
+            "dram_before": choice.original_plan.metrics.dram_bytes,
+            "dram_after": choice.plan.metrics.dram_bytes,
+            "proven": _proven(choice.original_plan) and _proven(choice.plan),
+            "replanned": [
+                {"steps": len(c.steps), "proxy_bytes": int(p), "dram_bytes": d}
+                for (c, d), p in zip(choice.replanned, choice.proxies, strict=True)
+            ],
+            "candidates": stats.candidates,
+            "same_lowering": stats.same_lowering,
+            "seconds_per_candidate": stats.seconds_per_candidate,
+            "hit_rate": stats.hit_rate,
+        }
+        return result, report
+
+    return run
+
+
+def _proven(plan: Plan) -> bool:
+    cert = plan.result.certificate if plan.result is not None else None
+    return cert is not None and cert.method == "optimal"
+
+
+ACCELERATOR_COSTS.register(
+    "dram", _on_accelerator(False), help="DRAM of the fusion planner's plan (auto) per candidate"
+)
+ACCELERATOR_COSTS.register(
+    "dram-exact",
+    _on_accelerator(True),
+    help="joint: every candidate planned by the exact search (proven optimal where affordable)",
+)
