@@ -30,11 +30,13 @@ import numpy as np
 import onnx
 
 from accel_model import CostModel
+from accel_model.latency import make_latency_model
 from fusionplan.app.pipeline import Pipeline, PlanRequest, assemble
 from fusionplan.ir.graph import OpGraph, bits
 from fusionplan.ir.onnx_import import _Importer, graph_from_proto
 from fusionplan.ir.shapes import resolve_shapes
 from fusionplan.passes.substitution.convert import to_onnx
+from fusionplan.passes.substitution.cost import GraphCost
 from fusionplan.passes.substitution.graph import SubGraph, Weight
 from fusionplan.passes.substitution.pattern import Rule
 from fusionplan.passes.substitution.pipeline import (
@@ -42,8 +44,10 @@ from fusionplan.passes.substitution.pipeline import (
     AcceleratorSearch,
     SubstitutionRequest,
 )
-from fusionplan.passes.substitution.rules import make_rules
+from fusionplan.passes.substitution.rules import RULES, make_rules
+from fusionplan.passes.substitution.search import MetaFlow
 from fusionplan.passes.substitution.search.base import (
+    DEFAULT_BUDGET,
     Candidate,
     Problem,
     SearchResult,
@@ -274,6 +278,11 @@ class DramCost:
         self.stats.seconds += time.perf_counter() - started
         return float(dram)
 
+    def known(self, g: SubGraph) -> tuple[Groups, int] | None:
+        """The search's plan of ``g`` (op names) and its DRAM bytes, if it priced ``g``."""
+        fp = g.fingerprint
+        return (self._plans[fp], self._bytes[fp]) if fp in self._bytes else None
+
     def plan(self, graph: OpGraph, request: PlanRequest) -> Plan:
         """The plan ``fusionplan plan`` makes of ``graph`` under ``request`` (the shared
         shape memo changes no price and no work count, so not the plan either)."""
@@ -320,47 +329,68 @@ class DramProblem(Problem):
 
 
 @dataclass(frozen=True)
+class Priced:
+    """A graph the pass may keep, with its plan's DRAM both ways: planned cold with the full
+    request (what ``fusionplan plan`` gives on it alone) and the best plan known for it (the
+    cold one, or the search's, whichever is cheaper: what a planner warm-started from the
+    pass's plan gives)."""
+
+    candidate: Candidate
+    cold_bytes: int
+    bytes: int
+    groups: Groups  # the best plan known, as op names
+
+
+@dataclass(frozen=True)
 class Choice:
-    """The graph the DRAM pass keeps, with the full-request DRAM of every graph it re-planned
-    (the original first)."""
+    """The graph the DRAM pass keeps, and every graph it re-planned (the original first)."""
 
-    best: Candidate
-    plan: Plan
-    original_plan: Plan
-    replanned: tuple[tuple[Candidate, int], ...]
-
-    @property
-    def proxies(self) -> tuple[float, ...]:
-        """The search's price of each re-planned graph (the original's is its full plan)."""
-        return tuple(c.cost for c, _ in self.replanned)
+    best: Priced
+    original: Priced
+    priced: tuple[Priced, ...]
 
 
 def choose(
     cost: DramCost,
     original: Candidate,
     finalists: Sequence[Candidate],
-    original_plan: Plan | None = None,
+    imported: OpGraph | None = None,
 ) -> Choice:
-    """Re-plan ``original`` and ``finalists`` with the full request of ``fusionplan plan``
-    (cold, as that command plans the rewritten model) and keep the cheapest; a tie keeps the
-    graph with fewer steps, so a rewrite that saves nothing is not applied."""
+    """Re-plan ``original`` and ``finalists`` cold with the full request of ``fusionplan
+    plan`` and keep the graph whose best known plan is cheapest; a tie keeps the graph with
+    fewer steps, so a rewrite that saves nothing is not applied. The original's own plan gets
+    the same extra work a candidate's got (LNS from its cold plan at the search's effort), so
+    a rewrite is kept only for what the rewrite saves. ``imported``: the original as the
+    planner imports its model file, planned cold instead where its lowering differs."""
     request = cost.request
-    if original_plan is None:
-        original_plan = cost.root_plan or cost.plan(lower(original.graph), request)
-    best, best_plan = original, original_plan
-    rows: list[tuple[Candidate, int]] = [(original, original_plan.metrics.dram_bytes)]
+    graph = lower(original.graph)
+    if imported is not None and lowered_key(imported) != lowered_key(graph):
+        graph = imported
+        base = cost.plan(graph, request)
+    else:
+        cost(original.graph)  # its cold plan is the search root's, priced once
+        base = cost.root_plan
+    assert base is not None
+    improved, dram = cost.improve(graph, (base.groups,))
+    cold = base.metrics.dram_bytes
+    groups = improved if dram < cold else named_groups(base)
+    first = Priced(original, cold, min(cold, dram), groups)
+    best, rows = first, [first]
     seen = {original.graph.fingerprint}
     for c in finalists:
         if c.graph.fingerprint in seen:
             continue
         seen.add(c.graph.fingerprint)
         plan = cost.plan(lower(c.graph), request)
-        rows.append((c, plan.metrics.dram_bytes))
-        key = (plan.metrics.dram_bytes, len(c.steps))
-        if key < (best_plan.metrics.dram_bytes, len(best.steps)):
-            best, best_plan = c, plan
-    chosen = replace(best, cost=float(best_plan.metrics.dram_bytes))
-    return Choice(chosen, best_plan, original_plan, tuple(rows))
+        cold, proxy = plan.metrics.dram_bytes, cost.known(c.graph)
+        if proxy is not None and proxy[1] < cold:
+            row = Priced(c, cold, proxy[1], proxy[0])
+        else:
+            row = Priced(c, cold, cold, named_groups(plan))
+        rows.append(row)
+        if (row.bytes, len(c.steps)) < (best.bytes, len(best.candidate.steps)):
+            best = row
+    return Choice(best, first, tuple(rows))
 
 
 def search_dram(
@@ -372,14 +402,14 @@ def search_dram(
     finalists: int = FINALISTS,
     progress: Callable[[int], None] | None = None,
     imported: OpGraph | None = None,
+    extra: Sequence[Candidate] = (),
 ) -> tuple[SearchResult, Choice]:
     """The DRAM-driven search: normalise ``g`` by :data:`NEUTRAL_RULES` (kept only if the
     planner sees the same graph), search :data:`DRAM_RULES` from there under ``cost`` within
     ``budget`` candidates, add the graph every cheaper candidate's steps make together, and
-    :func:`choose` among the original and the ``finalists`` cheapest graphs by the full
-    request. The result's ``best`` is the chosen graph, its costs DRAM bytes. ``imported``:
-    the original as the planner imports its model file, planned for the comparison where
-    its lowering differs from ``g``'s."""
+    :func:`choose` among the original, the ``finalists`` cheapest graphs and ``extra`` (the
+    latency search's graph). The result's ``best`` is the chosen graph, its costs DRAM
+    bytes."""
     normal, pre = normalise(g, make_rules(list(NEUTRAL_RULES)))
     if pre and lowered_key(lower(normal)) != lowered_key(lower(g)):
         normal, pre = g, ()
@@ -390,12 +420,11 @@ def search_dram(
         steps = [s for c in cheaper for s in c.steps]
         problem.replay(result.original, list(dict.fromkeys(steps)), skip_missing=True)
     top = tuple(Candidate(c.graph, (*pre, *c.steps), c.cost) for c in problem.top())
-    original = Candidate(g, (), cost(g))
-    original_plan = None
-    if imported is not None and lowered_key(imported) != lowered_key(lower(g)):
-        original_plan = cost.plan(imported, cost.request)
-    choice = choose(cost, original, [c for c in top if c.steps][:finalists], original_plan)
-    return replace(result, original=original, best=choice.best, top=top), choice
+    original = Candidate(g, (), result.original.cost)
+    pool = [*[c for c in top if c.steps][:finalists], *extra]
+    choice = choose(cost, original, pool, imported)
+    best = replace(choice.best.candidate, cost=float(choice.best.bytes))
+    return replace(result, original=original, best=best, top=top), choice
 
 
 def planner_request(request: SubstitutionRequest, *, joint: bool) -> PlanRequest:
@@ -416,33 +445,59 @@ def _on_accelerator(joint: bool) -> AcceleratorSearch:
         plan_request = planner_request(request, joint=joint).check()
         cost = DramCost(plan_request, joint=joint)
         imported = graph_from_proto(model, name=graph.name)
+        latency = latency_candidate(graph, request)
         result, choice = search_dram(
-            graph, cost, search, request.budget, progress=progress, imported=imported
+            graph,
+            cost,
+            search,
+            request.budget,
+            progress=progress,
+            imported=imported,
+            extra=() if latency is None else (latency,),
         )
-        stats = cost.stats
-        report = {
-            "device": plan_request.accelerator().describe(),
-            "planner": {"search": plan_request.search, "effort": plan_request.effort},
-            "dram_before": choice.original_plan.metrics.dram_bytes,
-            "dram_after": choice.plan.metrics.dram_bytes,
-            "proven": _proven(choice.original_plan) and _proven(choice.plan),
-            "replanned": [
-                {"steps": len(c.steps), "proxy_bytes": int(p), "dram_bytes": d}
-                for (c, d), p in zip(choice.replanned, choice.proxies, strict=True)
-            ],
-            "candidates": stats.candidates,
-            "same_lowering": stats.same_lowering,
-            "seconds_per_candidate": stats.seconds_per_candidate,
-            "hit_rate": stats.hit_rate,
-        }
-        return result, report
+        return result, _report(choice, cost, latency)
 
     return run
 
 
-def _proven(plan: Plan) -> bool:
-    cert = plan.result.certificate if plan.result is not None else None
-    return cert is not None and cert.method == "optimal"
+def latency_candidate(g: SubGraph, request: SubstitutionRequest) -> Candidate | None:
+    """The graph the latency-driven pass would write (metaflow, sum of op latencies on
+    ``request.device``, every rule): a finalist of the DRAM pass too, so the DRAM pass keeps
+    it where its plan is the cheapest; None if it rewrote nothing. Without ``fuse-conv-add``,
+    which has no standard spelling yet (NEUTRAL_RULES)."""
+    cost = GraphCost(make_latency_model(request.device), "sum")
+    rules = make_rules([n for n in RULES.names() if n != "fuse-conv-add"])
+    best = MetaFlow().run(Problem(rules, cost, DEFAULT_BUDGET), g).best
+    return best if best.steps else None
+
+
+def _report(choice: Choice, cost: DramCost, latency: Candidate | None) -> dict[str, Any]:
+    """The report's ``accelerator`` field: the figures, the plan handed on, the pricing."""
+    stats, request = cost.stats, cost.request
+    best, original = choice.best, choice.original
+    latency_fp = None if latency is None else latency.graph.fingerprint
+    return {
+        "device": request.accelerator().describe(),
+        "planner": {"search": request.search, "effort": request.effort},
+        "dram_before": original.cold_bytes,  # the original planned as ``fusionplan plan`` does
+        "dram_control": original.bytes,  # the original with the extra planning the pass did
+        "dram_after": best.bytes,  # the kept graph with its best plan
+        "dram_after_cold": best.cold_bytes,  # the kept graph planned alone, cold
+        "kept": "original"
+        if not best.candidate.steps
+        else "latency search's graph"
+        if best.candidate.graph.fingerprint == latency_fp
+        else "DRAM search's graph",
+        "plan_groups": [list(grp) for grp in best.groups],  # op names: a planner's warm start
+        "replanned": [
+            {"steps": len(p.candidate.steps), "cold_bytes": p.cold_bytes, "bytes": p.bytes}
+            for p in choice.priced
+        ],
+        "candidates": stats.candidates,
+        "same_lowering": stats.same_lowering,
+        "seconds_per_candidate": stats.seconds_per_candidate,
+        "hit_rate": stats.hit_rate,
+    }
 
 
 ACCELERATOR_COSTS.register(

@@ -25,8 +25,8 @@ from data.zoo import zoo_entry, zoo_path
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.catalogue import _reason
 from fusionplan.app.bench.runner import ResultStore
-from fusionplan.app.dram_cost import DRAM_BUDGET
-from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.app.dram_cost import DRAM_BUDGET, carry_over
+from fusionplan.app.pipeline import PlanRequest, plan_at_least_as_good, plan_graph
 from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto, load_model
@@ -101,21 +101,12 @@ def measure(model: str, config: DramBenchConfig) -> Row:
             graph = graph_from_proto(result.model, name=entry.name)
             row[f"{label}_bytes"] = plan_graph(graph, request).metrics.dram_bytes
             row[f"{label}_steps"] = len(result.report.steps)
-            if label == "dram":
-                a = result.report.accelerator
-                assert a is not None
-                row["dram_report"] = {
-                    k: a[k]
-                    for k in (
-                        "dram_before",
-                        "dram_after",
-                        "candidates",
-                        "same_lowering",
-                        "seconds_per_candidate",
-                        "hit_rate",
-                        "replanned",
-                    )
-                }
+            a = result.report.accelerator
+            if a is not None:  # the planner warm-started from the pass's plan
+                hint = carry_over(tuple(map(tuple, a["plan_groups"])), graph)
+                planned = plan_at_least_as_good(graph, request, [], groups=hint)
+                row["dram_planned_bytes"] = planned.metrics.dram_bytes
+                row["dram_report"] = {k: v for k, v in a.items() if k != "plan_groups"}
                 row["dram_rules"] = sorted({s["rule"] for s in result.report.steps})
         except Exception as exc:
             row.setdefault("errors", []).append(f"{label} pass: {_reason(exc)}")
@@ -185,60 +176,89 @@ def _change(before: int, after: int) -> str:
     return f"{100 * (after - before) / before:+.2f} %"
 
 
+COLUMNS = {
+    "latency_bytes": "latency pass",
+    "dram_bytes": "DRAM pass, its graph planned alone",
+    "dram_planned_bytes": "DRAM pass, its graph and plan",
+}
+
+
+def _control(r: Row) -> int | None:
+    rep = r.get("dram_report")
+    return None if rep is None else rep["dram_control"]
+
+
 def summary(rows: Sequence[Row]) -> dict[str, Any]:
-    """Lower / equal / higher than no pass, per pass, and the median change (%)."""
+    """Per column: lower / equal / higher than no pass and the median change (%); for the
+    DRAM pass's plan also against the control (the original with the same extra planning)."""
     out: dict[str, Any] = {}
-    for label in ("latency", "dram"):
-        done = [r for r in rows if f"{label}_bytes" in r and "none_bytes" in r]
-        diffs = [r[f"{label}_bytes"] - r["none_bytes"] for r in done]
-        changes = [100 * d / r["none_bytes"] for d, r in zip(diffs, done, strict=True)]
-        out[label] = {
-            "models": len(done),
-            "lower": sum(d < 0 for d in diffs),
-            "equal": sum(d == 0 for d in diffs),
-            "higher": sum(d > 0 for d in diffs),
+    for field in (*COLUMNS, "control"):
+        pairs = [
+            (r["none_bytes"], _control(r) if field == "control" else r.get(field))
+            for r in rows
+            if "none_bytes" in r
+        ]
+        pairs = [(b, a) for b, a in pairs if a is not None]
+        changes = [100 * (a - b) / b for b, a in pairs]
+        out[field] = {
+            "models": len(pairs),
+            "lower": sum(a < b for b, a in pairs),
+            "equal": sum(a == b for b, a in pairs),
+            "higher": sum(a > b for b, a in pairs),
             "median_change_pct": statistics.median(changes) if changes else None,
         }
+    pairs = [(c, r["dram_planned_bytes"]) for r in rows if (c := _control(r)) is not None]
+    pairs = [(c, a) for c, a in pairs if a is not None]
+    out["rewrite_vs_control"] = {
+        "models": len(pairs),
+        "lower": sum(a < c for c, a in pairs),
+        "equal": sum(a == c for c, a in pairs),
+        "higher": sum(a > c for c, a in pairs),
+    }
     return out
 
 
 def markdown(rows: Sequence[Row]) -> str:
     lines = [
-        "| model | ops | no pass MB | latency pass MB | change | DRAM pass MB | change | "
-        "DRAM rewrites | rules | candidates | s/candidate | memo hits |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| model | ops | no pass MB | latency pass | DRAM pass: graph alone | DRAM pass: graph "
+        "+ plan | control | kept | rewrites | rules | candidates | s/candidate | memo hits |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|",
     ]
     for r in rows:
         if "none_bytes" not in r:
-            lines.append(f"| {r['model']} | | | | | | | | {r.get('error', '')} | | | |")
+            lines.append(f"| {r['model']} | | | | | | | | | {r.get('error', '')} | | | |")
             continue
         none = r["none_bytes"]
         cells = [r["model"], str(r["ops"]), f"{none / MB:.3f}"]
-        for label in ("latency", "dram"):
-            if f"{label}_bytes" in r:
-                cells += [f"{r[f'{label}_bytes'] / MB:.3f}", _change(none, r[f"{label}_bytes"])]
-            else:
-                cells += ["failed", ""]
+        for field in (*COLUMNS, "control"):
+            value = _control(r) if field == "control" else r.get(field)
+            cells.append("failed" if value is None else _change(none, value))
         rep = r.get("dram_report")
         if rep is None:
-            cells += ["", r.get("error", ""), "", "", ""]
+            cells += ["", "", r.get("error", ""), "", "", ""]
         else:
             cells += [
+                rep["kept"],
                 str(r["dram_steps"]),
-                ", ".join(r["dram_rules"]) or "(none kept)",
+                ", ".join(r["dram_rules"]) or "-",
                 str(rep["candidates"]),
                 f"{rep['seconds_per_candidate']:.2f}",
                 f"{rep['hit_rate']:.0%}",
             ]
         lines.append("| " + " | ".join(cells) + " |")
     s = summary(rows)
-    for label, name in (("latency", "latency pass"), ("dram", "DRAM pass")):
-        t = s[label]
+    lines.append("")
+    for field, name in (*COLUMNS.items(), ("control", "control")):
+        t = s[field]
         med = t["median_change_pct"]
-        lines.append("")
         lines.append(
-            f"{name}: lower on {t['lower']}, equal on {t['equal']}, higher on {t['higher']} "
-            f"of {t['models']} models; median change "
+            f"- {name}: lower on {t['lower']}, equal on {t['equal']}, higher on "
+            f"{t['higher']} of {t['models']} models; median change "
             f"{'n/a' if med is None else f'{med:+.2f} %'}."
         )
+    t = s["rewrite_vs_control"]
+    lines.append(
+        f"- DRAM pass's graph + plan against the control: lower on {t['lower']}, equal on "
+        f"{t['equal']}, higher on {t['higher']} of {t['models']} models."
+    )
     return "\n".join(lines) + "\n"
