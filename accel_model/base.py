@@ -200,8 +200,8 @@ class CostModel(ABC):
         this model's own memo, so a search's answer does not depend on the sharing."""
         if not self.shape_invariant:
             return
-        self.__dict__.pop("_shape_ids", None)  # ids drawn from the private table, if any
-        self.__dict__["_by_shape"] = memo  # groups priced so far stay in the mask memo
+        assert not self._memo, "share the memo before the first group is priced"
+        self.__dict__["_by_shape"] = memo
         self._fact_ids = fact_ids
 
     def buffer_bytes(self, group: Group) -> int:

@@ -302,9 +302,7 @@ class DramCost:
         return _names(best.groups, graph), best.dram
 
     def _assemble(self, graph: OpGraph, request: PlanRequest) -> Pipeline:
-        pipeline = assemble(graph, request)
-        pipeline.cost_model.share_shape_memo(self._memo, self._facts)
-        return pipeline
+        return assemble(graph, request, shape_memo=(self._memo, self._facts))
 
     def _count(self, cm: CostModel) -> None:
         self.stats.groups += cm.stats.queries - cm.stats.hits

@@ -145,10 +145,16 @@ class Pipeline:
         return self.problem.to_plan(result.best, result).validate()
 
 
-def assemble(graph: OpGraph, request: PlanRequest) -> Pipeline:
-    """Build a fresh cost model, splitter, problem and search for ``request`` on ``graph``."""
+def assemble(
+    graph: OpGraph, request: PlanRequest, *, shape_memo: tuple[dict, dict] | None = None
+) -> Pipeline:
+    """Build a fresh cost model, splitter, problem and search for ``request`` on ``graph``;
+    ``shape_memo``: the memo and fact ids the cost model prices through, shared with other
+    graphs' (:meth:`accel_model.base.CostModel.share_shape_memo`)."""
     request.check()
     cost_model = make_cost_model(graph, request.accelerator())
+    if shape_memo is not None:
+        cost_model.share_shape_memo(*shape_memo)
     splitter = make_splitter(request.splitter, cost_model, request.seed)
     options = dict(request.search_options)
     if request.search in WORK_SEARCHES:
