@@ -194,7 +194,7 @@ class CostModel(ABC):
 
     def share_shape_memo(self, memo: dict[tuple[int, bytes], GroupCost], fact_ids: dict) -> None:
         """Price groups through a shape memo shared with other graphs' models on the same
-        accelerator (substitution's candidates, docs/cost-model.md, "Shared shape memo"): with
+        accelerator (substitution's candidates; docs/design.md, "IR"): with
         one ``fact_ids`` a shape key names the same ops and surroundings in every graph, so a
         group a rewrite left alone is priced once. Work units still count every group new to
         this model's own memo, so a search's answer does not depend on the sharing."""
