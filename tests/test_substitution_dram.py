@@ -25,7 +25,11 @@ from fusionplan.app.dram_cost import (
 from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.passes.substitution.convert import from_onnx
-from fusionplan.passes.substitution.pipeline import SubstitutionRequest, substitute
+from fusionplan.passes.substitution.pipeline import (
+    SubstitutionPass,
+    SubstitutionRequest,
+    substitute,
+)
 from fusionplan.passes.substitution.rules import RULES, make_rules
 from fusionplan.passes.substitution.search import Backtracking
 from tests.substitution_models import apply_everywhere, inception_block, model, weight
@@ -246,3 +250,13 @@ def test_joint_mode_plans_candidates_exactly() -> None:
     )
     a = substitute(conv_mul(), request).report.accelerator
     assert a["planner"]["search"] == "exact" and a["dram_after"] == 8448
+
+
+def test_prepass_takes_the_dram_cost_and_the_plans_accelerator() -> None:
+    accel = PlanRequest(buffer="1KB").accelerator()
+    options = {"cost": "dram", "search": "taso", "budget": 5, "accelerator": accel}
+    model, report = SubstitutionPass(**options).run(conv_mul())
+    assert "DRAM 0.02 -> 0.01 MB" in report["summary"]
+    assert report["accelerator"]["dram_after"] == 8448
+    planned = plan_graph(graph_from_proto(model, name="test"), PlanRequest(buffer="1KB"))
+    assert planned.metrics.dram_bytes == 8448
