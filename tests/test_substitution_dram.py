@@ -99,6 +99,21 @@ def test_neutral_rules_lower_to_the_same_graph() -> None:
     assert len(steps) == applied and lowered_key(lower(normal)) == lowered_key(lower(fused))
 
 
+def test_a_residual_without_activation_lowers_to_conv_and_add() -> None:
+    # FusedConv(x, w, b, r) with no activation is written back as Conv + Add, nothing more
+    # (its bias, zeros, is new: 16 B)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["a"], name="c", kernel_shape=[1, 1]),
+        helper.make_node("Add", ["a", "x"], ["y"], name="add"),
+    ]
+    m = model(nodes, {"x": (1, C, HW, HW)}, ["y"], [weight("w", C, C, 1, 1)])
+    fused, applied = apply_everywhere(m, "fuse-conv-add")
+    assert applied == 1
+    lowered, imported = lower(fused), lower(from_onnx(m))
+    assert [n.op_type for n in lowered.nodes] == [n.op_type for n in imported.nodes]
+    assert [n.weights for n in lowered.nodes] == [C * C + C, 0]
+
+
 # -- each rule family's effect on DRAM (1 B/element, the proven optimum) -----------------
 def test_sibling_merge_saves_nothing_where_the_siblings_share_a_group() -> None:
     # one group reads x once, both weights (256 B each) once and writes y: 4096 + 512 + 4096

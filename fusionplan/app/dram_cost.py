@@ -44,8 +44,8 @@ from fusionplan.passes.substitution.pipeline import (
     AcceleratorSearch,
     SubstitutionRequest,
 )
-from fusionplan.passes.substitution.rules import RULES, make_rules
-from fusionplan.passes.substitution.search import MetaFlow
+from fusionplan.passes.substitution.rules import make_rules
+from fusionplan.passes.substitution.search import Backtracking, MetaFlow
 from fusionplan.passes.substitution.search.base import (
     DEFAULT_BUDGET,
     Candidate,
@@ -66,6 +66,11 @@ FINALISTS = 3
 DRAM_BUDGET = 40
 """Candidate graphs a DRAM search builds by default (each is a plan: ~0.5 s on Inception-v3)."""
 
+DRAM_ALPHA = 1.25
+"""TASO's slack for the DRAM cost: a graph up to a quarter dearer than the best is still
+expanded, as an enlarged kernel (9x a 1x1's weights) pays only through the merge or the
+factored Add it enables."""
+
 PROXY_EFFORT = 0.02
 """The planner's effort (search/effort.py) on each candidate while searching, a fraction of
 ``fusionplan plan``'s: warm-started from the parent's plan, it only has to re-plan around
@@ -79,8 +84,8 @@ NEUTRAL_RULES: tuple[str, ...] = (
 """Rules whose graph lowers to the same planner graph: standard ONNX spells a fused contrib op
 as the ops it fused, and the planner fuses an activation into its producer itself. They
 enable the merges (siblings merge when their epilogues agree), so :func:`normalise` applies
-them all before the search, which then spends no budget on them. (``fuse-conv-add``, a
-residual without an activation, has no standard spelling in convert.py yet.)"""
+them all before the search, which then spends no budget on them. (``fuse-conv-add`` is not
+neutral: its FusedConv needs a bias, zeros where the conv had none.)"""
 
 DRAM_RULES: tuple[str, ...] = (
     "merge-sibling-convs",
@@ -355,7 +360,9 @@ def choose(
     imported: OpGraph | None = None,
 ) -> Choice:
     """Re-plan ``original`` and ``finalists`` cold with the full request of ``fusionplan
-    plan`` and keep the graph whose best known plan is cheapest; a tie keeps the graph with
+    plan`` and keep the graph whose best known plan is cheapest among those whose cold plan
+    is no dearer than the original's (so the kept graph costs no more DRAM than no pass
+    whether the planner starts from the pass's plan or not); a tie keeps the graph with
     fewer steps, so a rewrite that saves nothing is not applied. The original's own plan gets
     the same extra work a candidate's got (LNS from its cold plan at the search's effort), so
     a rewrite is kept only for what the rewrite saves. ``imported``: the original as the
@@ -386,7 +393,8 @@ def choose(
         else:
             row = Priced(c, cold, cold, named_groups(plan))
         rows.append(row)
-        if (row.bytes, len(c.steps)) < (best.bytes, len(best.candidate.steps)):
+        eligible = row.cold_bytes <= first.cold_bytes  # never dearer planned alone either
+        if eligible and (row.bytes, len(c.steps)) < (best.bytes, len(best.candidate.steps)):
             best = row
     return Choice(best, first, tuple(rows))
 
@@ -442,6 +450,8 @@ def _on_accelerator(joint: bool) -> AcceleratorSearch:
     ) -> tuple[SearchResult, dict[str, Any]]:
         plan_request = planner_request(request, joint=joint).check()
         cost = DramCost(plan_request, joint=joint)
+        if type(search) is Backtracking:
+            search = Backtracking(DRAM_ALPHA, search.queue_cap, search.focus)
         imported = graph_from_proto(model, name=graph.name)
         latency = latency_candidate(graph, request)
         result, choice = search_dram(
@@ -461,11 +471,9 @@ def _on_accelerator(joint: bool) -> AcceleratorSearch:
 def latency_candidate(g: SubGraph, request: SubstitutionRequest) -> Candidate | None:
     """The graph the latency-driven pass would write (metaflow, sum of op latencies on
     ``request.device``, every rule): a finalist of the DRAM pass too, so the DRAM pass keeps
-    it where its plan is the cheapest; None if it rewrote nothing. Without ``fuse-conv-add``,
-    which has no standard spelling yet (NEUTRAL_RULES)."""
+    it where its plan is the cheapest; None if it rewrote nothing."""
     cost = GraphCost(make_latency_model(request.device), "sum")
-    rules = make_rules([n for n in RULES.names() if n != "fuse-conv-add"])
-    best = MetaFlow().run(Problem(rules, cost, DEFAULT_BUDGET), g).best
+    best = MetaFlow().run(Problem(make_rules(None), cost, DEFAULT_BUDGET), g).best
     return best if best.steps else None
 
 

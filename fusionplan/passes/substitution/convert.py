@@ -253,13 +253,15 @@ def _standard(nodes: Iterable[Node]) -> Iterator[Node]:
         attrs = node.with_attrs(activation=None, activation_params=None)
         ins, out = node.inputs, node.outputs[0]
         summed = base == "Conv" and len(ins) > 3 and ins[3]
-        mid = f"{out}__pre"
+        mid = f"{out}__pre" if act or summed else out
         yield Node(node.name, base, ins[:3], (mid,), attrs)
-        if summed:
-            yield Node(f"{node.name}__add", "Add", (mid, ins[3]), (f"{out}__sum",))
-            mid = f"{out}__sum"
-        act_attrs = make_attrs(alpha=params[0] if params else None)
-        yield Node(f"{node.name}__act", act, (mid,), (out,), act_attrs)
+        if summed:  # a residual without an activation is the Add's output itself
+            sum_out = f"{out}__sum" if act else out
+            yield Node(f"{node.name}__add", "Add", (mid, ins[3]), (sum_out,))
+            mid = sum_out
+        if act:
+            act_attrs = make_attrs(alpha=params[0] if params else None)
+            yield Node(f"{node.name}__act", act, (mid,), (out,), act_attrs)
 
 
 def _value_info(g: SubGraph, tensor: str) -> onnx.ValueInfoProto:
