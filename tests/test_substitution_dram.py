@@ -265,6 +265,7 @@ def test_joint_mode_plans_candidates_exactly() -> None:
     )
     a = substitute(conv_mul(), request).report.accelerator
     assert a["planner"]["search"] == "exact" and a["dram_after"] == 8448
+    assert a["proven"] == 2  # the folded graph's plan and the original's control plan
 
 
 def test_prepass_takes_the_dram_cost_and_the_plans_accelerator() -> None:

@@ -213,6 +213,7 @@ class PricingStats:
     prices the shared shape memo answered (over groups new to a candidate's cost model)."""
 
     candidates: int = 0  # graphs planned
+    proven: int = 0  # plans from a warm start the exact search proved optimal (joint)
     same_lowering: int = 0  # graphs whose lowering was planned already
     seconds: float = 0.0  # lowering and planning, over both
     groups: int = 0
@@ -302,8 +303,10 @@ class DramCost:
         construction and only the best is kept)."""
         pipeline = self._assemble(graph, self.proxy)
         pipeline.problem.warm_start = list(warm)
-        best = pipeline.search.run(pipeline.problem, self.request.seed).best
+        found = pipeline.search.run(pipeline.problem, self.request.seed)
         self._count(pipeline.cost_model)
+        self.stats.proven += found.exact is not None and found.exact.optimal
+        best = found.best
         return _names(best.groups, graph), best.dram
 
     def _assemble(self, graph: OpGraph, request: PlanRequest) -> Pipeline:
@@ -500,6 +503,7 @@ def _report(choice: Choice, cost: DramCost, latency: Candidate | None) -> dict[s
             for p in choice.priced
         ],
         "candidates": stats.candidates,
+        "proven": stats.proven,
         "same_lowering": stats.same_lowering,
         "seconds_per_candidate": stats.seconds_per_candidate,
         "hit_rate": stats.hit_rate,
