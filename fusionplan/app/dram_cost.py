@@ -9,13 +9,17 @@ DRAM bytes. A rewrite touches few ops, so pricing is incremental:
 - every candidate's cost model prices groups through one shared shape memo
   (:meth:`accel_model.base.CostModel.share_shape_memo`): a group whose ops, shapes and
   surroundings the rewrite left alone is priced once per search;
-- each candidate's search starts from its parent's plan, carried over by op name (the ops a
-  rule created run alone), so the child's plan is never dearer than its parent's plan.
+- each candidate's search starts from its parent's plan, carried over by op name (an op a
+  rule created runs alone, or joins its input's producer's group): a few thousand work units
+  of LNS then re-plan around the rewrite;
+- a rewrite the planner cannot see (same lowered graph) is not planned again.
 
 Searches run with work budgets (``effort``), never seconds: the same command gives the same
-bytes. The search's proxy plans are cheap; :func:`choose` then re-plans the few best graphs
-and the original with the full request of ``fusionplan plan`` and keeps the cheapest, so the
-pass never returns a graph whose plan costs more DRAM than the original's under that request.
+bytes. :func:`choose` then re-plans the original and the few best graphs cold with the full
+request of ``fusionplan plan``, gives the original the same extra planning (the control),
+and keeps a rewrite only where its plan is cheaper than the control's and its cold plan no
+dearer than the original's: the pass never returns a graph whose plan costs more DRAM than
+the original's under that request.
 """
 
 from __future__ import annotations
