@@ -77,6 +77,7 @@ class CostModel(ABC):
         self._layers: dict[int, LayerTiling] = {}  # op -> its loop order alone
         self._epilogues: dict[tuple[int, tuple], LayerTiling] = {}  # (core, room) -> its order
         self._geometries: dict[int, LayerGeometry] = {}  # op -> its facts and window sums
+        self._fact_ids: dict[tuple, int] = {}  # an op's facts -> its id in shape keys
         # weight elements per op; Optimus-like accelerators do not count depthwise weights
         self.node_weights = tuple(
             0 if not accel.depthwise_weights and is_depthwise(graph, v) else n.weights
@@ -166,7 +167,7 @@ class CostModel(ABC):
             p = t[ti].producer
             return (v - p, g.nodes[p].outputs.index(ti)) if p >= 0 else t[ti].name
 
-        ids: dict[tuple, int] = {}
+        ids = self._fact_ids
         per_op = []
         for v, n in enumerate(g.nodes):
             fact = (
@@ -190,6 +191,18 @@ class CostModel(ABC):
         low = (group & -group).bit_length() - 1
         ids = self._shape_ids
         return group >> low, array("i", [ids[v] for v in bits(group)]).tobytes()
+
+    def share_shape_memo(self, memo: dict[tuple[int, bytes], GroupCost], fact_ids: dict) -> None:
+        """Price groups through a shape memo shared with other graphs' models on the same
+        accelerator (substitution's candidates; docs/design.md, "IR"): with
+        one ``fact_ids`` a shape key names the same ops and surroundings in every graph, so a
+        group a rewrite left alone is priced once. Work units still count every group new to
+        this model's own memo, so a search's answer does not depend on the sharing."""
+        if not self.shape_invariant:
+            return
+        assert not self._memo, "share the memo before the first group is priced"
+        self.__dict__["_by_shape"] = memo
+        self._fact_ids = fact_ids
 
     def buffer_bytes(self, group: Group) -> int:
         return self.cost(group).buffer

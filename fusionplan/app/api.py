@@ -20,6 +20,7 @@ from accel_model.description import load_accelerator, load_hardware, read_descri
 from accel_model.hardware import Hardware
 from accel_model.latency import LATENCY_MODELS
 from data.zoo import model_source, resolve_model
+from fusionplan.app.dram_cost import DRAM_BUDGET  # registers the accelerator costs
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
@@ -44,6 +45,7 @@ from fusionplan.passes.streams.pipeline import StreamsRequest, StreamsResult
 from fusionplan.passes.streams.pipeline import schedule_streams as run_streams
 from fusionplan.passes.streams.simulate import EVENT_S
 from fusionplan.passes.substitution.pipeline import (
+    ACCELERATOR_COSTS,
     SubstitutionRequest,
     SubstitutionResult,
     Target,
@@ -156,10 +158,10 @@ def plan(
 def substitute(
     model: str | os.PathLike | onnx.ModelProto,
     *,
-    search: str = "metaflow",
+    search: str | None = None,
     cost: str = "sum",
     device: str = "h100",
-    budget: int = DEFAULT_BUDGET,
+    budget: int | None = None,
     depth: int = DEFAULT_DEPTH,
     rules: Sequence[str] | None = None,
     measure: str | None = None,
@@ -168,27 +170,56 @@ def substitute(
     target: Target = "onnx",
     progress: Callable[[int], None] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    buffer: str | int | None = None,
+    scheme: str = "lbdf",
+    accelerator: Accelerator | str | os.PathLike | None = None,
+    plan_effort: float = 1.0,
 ) -> SubstitutionResult:
     """Rewrite ``model`` (ONNX path, zoo name or ModelProto) into a cheaper equivalent graph
     under an op-latency model; ``result.model`` is the ONNX, ``result.report`` what changed.
     ``target="onnxruntime"`` lets the result use onnxruntime's contrib ops (``FusedConv``);
     the default writes standard ONNX ops only.
-    ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``)."""
+    ``input_shapes`` makes symbolic graph inputs static (``{"x": (1, 3, 224, 224)}``).
+
+    ``cost="dram"`` prices each candidate by the DRAM of the fusion planner's plan on the
+    accelerator (``buffer``, ``scheme``, or a description file / :class:`Accelerator` as in
+    :func:`plan`) at ``plan_effort``, and keeps the original unless a rewrite's plan takes
+    less DRAM; ``"dram-exact"`` plans every candidate with the exact search (the joint mode).
+    Search and budget default to metaflow and 5000 graphs, or taso and 40 for a DRAM cost."""
+    planned = cost in ACCELERATOR_COSTS.names()
+    search = search or ("taso" if planned else "metaflow")
     REWRITE_SEARCHES.check(search)
     LATENCY_MODELS.check(device)
+    on = None
+    if planned:
+        on = PlanRequest(buffer="256KB" if buffer is None else buffer, scheme=scheme)
+        on = on.check().accelerator()
+        if accelerator is not None:
+            on = _accelerator(accelerator, buffer)
     request = SubstitutionRequest(
         search=search,
         cost=cost,
         device=device,
-        budget=budget,
+        budget=budget or (DRAM_BUDGET if planned else DEFAULT_BUDGET),
         depth=depth,
         rules=list(rules) if rules is not None else None,
         measure=measure,
         guard=guard,
         seed=seed,
         target=target,
+        accelerator=on,
+        plan_effort=plan_effort,
     )
     return run_substitution(model, request, progress=progress, input_shapes=input_shapes)
+
+
+def _accelerator(
+    accelerator: Accelerator | str | os.PathLike, buffer: str | int | None
+) -> Accelerator:
+    """An accelerator or a description file's, with ``buffer`` (if given) as its buffer."""
+    if not isinstance(accelerator, Accelerator):
+        return load_accelerator(accelerator, buffer)
+    return accelerator if buffer is None else replace(accelerator, buffer_bytes=parse_size(buffer))
 
 
 def schedule_streams(

@@ -18,7 +18,7 @@ from accel_model import Accelerator, CostModel, make_cost_model
 from accel_model.hardware import Hardware
 from accel_model.objectives import OBJECTIVES, check_additive, make_objective, needs_schedules
 from fusionplan.ir.errors import ConfigError
-from fusionplan.ir.graph import OpGraph
+from fusionplan.ir.graph import Group, OpGraph
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import SPLITTERS, Splitter, make_splitter
 from search import SEARCHES, WORK_SEARCHES, FusionProblem, Search, make_search
@@ -145,10 +145,16 @@ class Pipeline:
         return self.problem.to_plan(result.best, result).validate()
 
 
-def assemble(graph: OpGraph, request: PlanRequest) -> Pipeline:
-    """Build a fresh cost model, splitter, problem and search for ``request`` on ``graph``."""
+def assemble(
+    graph: OpGraph, request: PlanRequest, *, shape_memo: tuple[dict, dict] | None = None
+) -> Pipeline:
+    """Build a fresh cost model, splitter, problem and search for ``request`` on ``graph``;
+    ``shape_memo``: the memo and fact ids the cost model prices through, shared with other
+    graphs' (:meth:`accel_model.base.CostModel.share_shape_memo`)."""
     request.check()
     cost_model = make_cost_model(graph, request.accelerator())
+    if shape_memo is not None:
+        cost_model.share_shape_memo(*shape_memo)
     splitter = make_splitter(request.splitter, cost_model, request.seed)
     options = dict(request.search_options)
     if request.search in WORK_SEARCHES:
@@ -182,17 +188,20 @@ def plan_at_least_as_good(
     request: PlanRequest,
     others: Sequence[Plan],
     progress: Callable[[int], None] | None = None,
+    *,
+    groups: Sequence[Sequence[Group]] = (),
 ) -> Plan:
     """Exactly the plan :func:`plan_graph` returns for ``request`` (the same search, the
     same work, the same bytes), replaced by the best of ``others`` (made valid here) where
     that one costs less (scores less, under another objective). Unlike a warm start,
     ``others`` cannot steer the search, so the result is never worse than ``fusionplan
-    plan`` at this point: they can only help."""
+    plan`` at this point: they can only help. ``groups``: more such plans, as group masks
+    of ``graph`` (a plan a pre-pass found for it)."""
     pipeline = assemble(graph, request)
     plan = pipeline.run(progress)
     result, problem = plan.result, pipeline.problem
     assert result is not None and result.certificate is not None
-    problem.warm_start = _groups_of(graph, others)
+    problem.warm_start = [*_groups_of(graph, others), *(tuple(g) for g in groups)]
     better = min(problem.warm_candidates(), key=lambda c: (c.score, c.dram, c.mbu), default=None)
     if better is None or better.score >= result.best.score:
         return plan

@@ -42,6 +42,9 @@ from fusionplan.app.bench.substitute_catalogue import (
     SubstituteCatalogueConfig,
     run_substitute_catalogue,
 )
+from fusionplan.app.bench.substitute_dram import DramBenchConfig
+from fusionplan.app.bench.substitute_dram import markdown as dram_markdown
+from fusionplan.app.bench.substitute_dram import run_bench as run_dram_bench
 from fusionplan.app.bench.substitution import BENCH_SEARCHES as SUBSTITUTION_SEARCHES
 from fusionplan.app.bench.substitution import MODELS as SUBSTITUTION_MODELS
 from fusionplan.app.bench.substitution import markdown as substitution_markdown
@@ -59,6 +62,7 @@ from fusionplan.app.cli.common import (
     progress_bar,
     scheme_option,
 )
+from fusionplan.app.dram_cost import DRAM_BUDGET
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.batching.workloads import WORKLOADS, get_workload
 from fusionplan.engines.scaling import markdown as scaling_markdown
@@ -436,6 +440,59 @@ def bench_substitute(models, searches, depths, budget, repeats, out_dir) -> None
     )
     write_substitution_markdown(cells, Path(out_dir) / "results.md")
     click.echo(substitution_markdown(cells))
+
+
+@bench_group.command("substitute-dram")
+@click.option(
+    "--models",
+    help="Comma list of zoo or torchvision names (default: the catalogue, as bench catalogue).",
+)
+@click.option("--buffer", default="128KB", show_default=True)
+@click.option("--scheme", default="brr", show_default=True)
+@click.option("--bytes-per-element", type=int, default=1, show_default=True)
+@click.option(
+    "--effort",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.25,
+    show_default=True,
+    help="The planner's effort for every column (fusionplan plan --effort).",
+)
+@click.option("--search", "search_name", default="taso", show_default=True)
+@click.option(
+    "--budget", type=click.IntRange(min=1), default=DRAM_BUDGET, show_default=True,
+    help="Candidate graphs of the DRAM search.",
+)  # fmt: skip
+@click.option(
+    "--out",
+    "out_dir",
+    metavar="DIRECTORY",
+    default="bench-out/substitute-dram",
+    show_default=True,
+    help="Finished models (runs.jsonl) and substitute-dram.md; rerunning resumes.",
+)
+@click.option("-q", "--quiet", is_flag=True)
+def bench_substitute_dram(
+    models, buffer, scheme, bytes_per_element, effort, search_name, budget, out_dir, quiet
+) -> None:
+    """The planner's DRAM per model with no pass, with the latency-driven substitution and
+    with the DRAM-driven one (issue 29), on one accelerator; counts lower / equal / higher."""
+    check_output_path(out_dir, directory=True)
+    REWRITE_SEARCHES.check(search_name)
+    config = DramBenchConfig(buffer, scheme, bytes_per_element, effort, search_name, budget)
+    config.plan_request().check()
+    report_path = Path(out_dir) / "substitute-dram.md"
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    with progress_bar("substitute-dram models", enabled=not quiet) as progress:
+        rows = run_dram_bench(
+            _names(models) or catalogue_models(),
+            config,
+            out_dir,
+            report_path,
+            command=command or "fusionplan bench substitute-dram",
+            progress=progress,
+        )
+    click.echo(dram_markdown(rows))
+    click.echo(f"wrote {report_path}")
 
 
 @bench_group.command("streams")

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from accel_model import COST_MODELS
 from accel_model.latency import LATENCY_MODELS
 from fusionplan.app.api import substitute
 from fusionplan.app.cli.common import (
@@ -15,9 +16,10 @@ from fusionplan.app.cli.common import (
     parse_shapes,
     progress_bar,
 )
+from fusionplan.app.dram_cost import DRAM_BUDGET
 from fusionplan.passes.substitution.cost import COST_KINDS
 from fusionplan.passes.substitution.measures import MEASURES
-from fusionplan.passes.substitution.pipeline import TARGETS
+from fusionplan.passes.substitution.pipeline import ACCELERATOR_COSTS, TARGETS
 from fusionplan.passes.substitution.rules import RULES
 from fusionplan.passes.substitution.search import REWRITE_SEARCHES
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
@@ -29,16 +31,37 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 @click.option(
     "--search",
     type=RegistryChoice(REWRITE_SEARCHES),
-    default="metaflow",
-    show_default=True,
-    help=f"Search: {REWRITE_SEARCHES.describe()}.",
+    help=f"Search: {REWRITE_SEARCHES.describe()}. Default: metaflow; taso with a DRAM cost.",
 )
 @click.option(
     "--cost",
-    type=click.Choice(COST_KINDS),
+    type=click.Choice([*COST_KINDS, *ACCELERATOR_COSTS.names()]),
     default="sum",
     show_default=True,
-    help="sum of op latencies (TASO, MetaFlow) or AutoGraph's 0.25 x critical path + sum.",
+    help="sum of op latencies (TASO, MetaFlow), AutoGraph's 0.25 x critical path + sum, "
+    "dram: DRAM of the fusion planner's plan on the accelerator (--buffer, --scheme or "
+    "--accelerator), or dram-exact: each candidate planned by the exact search (joint).",
+)
+@click.option("--buffer", help="dram costs: on-chip buffer, e.g. 128KB (default 256KB).")
+@click.option(
+    "--scheme",
+    type=RegistryChoice(COST_MODELS),
+    default="lbdf",
+    show_default=True,
+    help="dram costs: the fusion scheme.",
+)
+@click.option(
+    "--accelerator",
+    type=click.Path(exists=True, dir_okay=False),
+    help="dram costs: an accelerator description file (its buffer unless --buffer).",
+)
+@click.option(
+    "--plan-effort",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="dram costs: the planner's effort, as `fusionplan plan --effort` (give the plan's "
+    "own: the rewrite is then never dearer in DRAM than the original under that plan).",
 )
 @click.option(
     "--device",
@@ -50,9 +73,8 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 @click.option(
     "--budget",
     type=click.IntRange(min=1),
-    default=DEFAULT_BUDGET,
-    show_default=True,
-    help="Candidate graphs the search may build.",
+    help=f"Candidate graphs the search may build (default {DEFAULT_BUDGET}; {DRAM_BUDGET} "
+    "with a DRAM cost, each one a plan).",
 )
 @click.option(
     "--depth",
@@ -96,6 +118,10 @@ def substitute_cmd(
     model,
     search,
     cost,
+    buffer,
+    scheme,
+    accelerator,
+    plan_effort,
     device,
     budget,
     depth,
@@ -117,6 +143,11 @@ def substitute_cmd(
     for name in names or ():
         RULES.check(name)
     shapes = parse_shapes(input_shape)
+    planned = cost in ACCELERATOR_COSTS.names()
+    if not planned and (buffer or accelerator):
+        raise click.UsageError("--buffer and --accelerator apply to --cost dram or dram-exact")
+    search = search or ("taso" if planned else "metaflow")
+    budget = budget or (DRAM_BUDGET if planned else DEFAULT_BUDGET)
     with progress_bar(f"{search} on {model}", budget, not quiet) as bar:
         done = 0
 
@@ -139,6 +170,10 @@ def substitute_cmd(
             target=target,
             progress=progress,
             input_shapes=shapes,
+            buffer=buffer,
+            scheme=scheme,
+            accelerator=accelerator,
+            plan_effort=plan_effort,
         )
     if output:
         result.save(output)

@@ -147,9 +147,9 @@ class Rule(ABC):
     def matches(self, g: ModelGraph, near: Iterable[str] | None = None) -> list[Match]:
         """Every valid match in ``g``; with ``near``, only those using one of those nodes.
 
-        A set of nodes that matches with several role assignments (two sibling convs as
-        (a, b) and as (b, a)) counts once, in the assignment whose node names read smallest
-        in pattern order: the same choice in any graph holding those nodes, so a recorded
+        A set of nodes that matches with several valid role assignments (two sibling convs as
+        (a, b) and as (b, a)) counts once, in the valid assignment whose node names read
+        smallest in pattern order: the same choice in any graph holding those nodes, so a recorded
         substitution replays to the same names.
         """
         if near is None:
@@ -163,9 +163,13 @@ class Rule(ABC):
         for index, node in anchors:
             for match in _extend(self, g, index, node):
                 held = best.get(match.key)
-                if held is None or match.names < held.names:
+                if held is not None and held.names <= match.names:
+                    continue
+                # checked before it competes: an asymmetric rule (enlarge the smaller of two
+                # kernels) holds in one assignment only, whichever reads smaller
+                if _internal_ok(self, g, match) and self.check(g, match):
                     best[match.key] = match
-        return [m for m in best.values() if _internal_ok(self, g, m) and self.check(g, m)]
+        return list(best.values())
 
     def apply(self, g: ModelGraph, m: Match) -> ModelGraph:
         b = Builder(g, m)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import onnx
 
+from accel_model import Accelerator
 from accel_model.latency import LATENCY_MODELS, LatencyModel, make_latency_model
 from data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
@@ -29,6 +30,7 @@ from fusionplan.ir.io import write_atomic
 from fusionplan.ir.model import ModelGraph, qualified, split_qualified
 from fusionplan.ir.onnx_model import OnnxWriter, from_onnx, load_onnx, to_onnx, with_input_shapes
 from fusionplan.ir.onnx_run import Equivalence, check_equivalence, run_model
+from fusionplan.ir.registry import Registry
 from fusionplan.passes.manager import (
     STATIC_SHAPES,
     ModelPass,
@@ -37,12 +39,17 @@ from fusionplan.passes.manager import (
     PassResult,
     check_choice,
 )
-from fusionplan.passes.substitution.cost import CostBreakdown, CostKind, GraphCost
+from fusionplan.passes.substitution.cost import COST_KINDS, CostBreakdown, GraphCost
 from fusionplan.passes.substitution.guard import guard
 from fusionplan.passes.substitution.measure import ort_latencies
 from fusionplan.passes.substitution.measures import MEASURES
 from fusionplan.passes.substitution.rules import RULES, make_rules
-from fusionplan.passes.substitution.search import REWRITE_SEARCHES, Problem, RewriteResult
+from fusionplan.passes.substitution.search import (
+    REWRITE_SEARCHES,
+    Problem,
+    RewriteResult,
+    SubstitutionSearch,
+)
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 
@@ -65,7 +72,7 @@ class SubstitutionRequest:
     """What to search with; every name is checked against its registry."""
 
     search: str = "metaflow"
-    cost: CostKind = "sum"
+    cost: str = "sum"  # a CostKind (op latency) or an ACCELERATOR_COSTS name ("dram")
     device: str = "h100"
     budget: int = DEFAULT_BUDGET
     depth: int = DEFAULT_DEPTH  # K, for the exact OCGGS searches
@@ -75,6 +82,30 @@ class SubstitutionRequest:
     tolerance: float = 1e-4
     target: Target = "onnx"  # "onnxruntime": contrib ops (FusedConv, FusedGemm) allowed
     guard: bool = False  # time the result here (onnxruntime CPU); undo rules that slow it
+    # the accelerator an ACCELERATOR_COSTS cost plans on (None: ``fusionplan plan``'s
+    # default) and the planner's effort there: give the plan's own, and the pass never
+    # returns a graph whose plan takes more DRAM than the original's
+    accelerator: Accelerator | None = None
+    plan_effort: float = 1.0
+
+
+AcceleratorSearch = Callable[
+    [
+        onnx.ModelProto,
+        ModelGraph,
+        SubstitutionSearch,
+        SubstitutionRequest,
+        "Callable[[int], None] | None",
+    ],
+    tuple[RewriteResult, dict[str, Any]],
+]
+"""Searches ``graph`` (of ``model``) with a cost that plans every candidate on
+``request.accelerator``; the result (``best``: the graph to keep, ``original`` and ``best``
+priced in its unit) and the report's ``accelerator`` field."""
+
+ACCELERATOR_COSTS: Registry[AcceleratorSearch] = Registry("accelerator cost")
+"""Costs that plan each candidate on an accelerator (``dram``: the fusion planner's DRAM).
+The planner sits above the passes, so fusionplan.app.dram_cost registers them."""
 
 
 @dataclass(frozen=True)
@@ -103,10 +134,26 @@ class SubstitutionReport:
     """With the measured guard: CPU ms of the original, the search's graph and the chosen
     one, the rule families dropped, and the search's graph's costs (``after`` is the chosen
     graph's)."""
+    accelerator: dict[str, Any] | None = None
+    """With an accelerator cost: the accelerator, DRAM bytes of the original's and the
+    chosen graph's plans, the graphs re-planned, and how the incremental pricing went."""
 
     @property
     def speedup_estimated(self) -> float:
-        """The latency model's speedup under the searched cost: an estimate, not a timing."""
+        """The latency model's speedup under the searched latency cost (the sum under an
+        accelerator cost): an estimate, not a timing."""
+        kind = self.cost_kind if self.cost_kind in COST_KINDS else "sum"
+        chosen = getattr(self.before, kind), getattr(self.after, kind)
+        return chosen[0] / chosen[1] if chosen[1] else 1.0
+
+    @property
+    def dram_reduction(self) -> float | None:
+        """DRAM of the original's plan over the chosen graph's on the accelerator (an
+        accelerator cost such as ``dram``); None under a latency cost."""
+        a = self.accelerator
+        if a is None:
+            return None
+        return a["dram_before"] / a["dram_after"] if a["dram_after"] else 1.0
         chosen = getattr(self.before, self.cost_kind), getattr(self.after, self.cost_kind)
         return chosen[0] / chosen[1] if chosen[1] else 1.0
 
@@ -118,7 +165,14 @@ class SubstitutionReport:
         return None if m is None else m["original_ms"] / m["rewritten_ms"]
 
     def headline(self) -> str:
-        """The speedup to quote: the measured one where it exists, the estimate labelled."""
+        """What to quote: under an accelerator cost the DRAM of the two plans; else the
+        measured speedup where it exists, the estimate labelled."""
+        if self.accelerator is not None:
+            a, mb = self.accelerator, 2**20
+            return (
+                f"DRAM {a['dram_before'] / mb:.3f} MB -> {a['dram_after'] / mb:.3f} MB "
+                f"({self.dram_reduction:.3f}x less)"
+            )
         estimate = f"estimated on {self.estimate_basis}: {self.speedup_estimated:.2f}x"
         measured = self.speedup_measured
         if measured is None:
@@ -141,17 +195,30 @@ class SubstitutionReport:
         return {
             **asdict(self),
             "speedup_estimated": self.speedup_estimated,
+            "dram_reduction": self.dram_reduction,
             "speedup_measured": self.speedup_measured,
             "speedup_baseline": None if self.measured_cpu is None else MEASURED_BASELINE,
         }
 
     def summary(self) -> str:
         ms = 1e3
+        if self.accelerator is not None:
+            a = self.accelerator
+            head = [
+                f"{self.model}: {self.search} search, {self.cost_kind} cost on {a['device']}",
+                f"  result   {self.headline()}; {len(a['replanned'])} graphs re-planned in full",
+                f"  pricing  {a['candidates']} plans, {a['seconds_per_candidate']:.2f} s each, "
+                f"{a['hit_rate']:.0%} of new groups priced from other candidates",
+            ]
+        else:
+            head = [
+                f"{self.model}: {self.search} search, {self.cost_kind} cost on {self.device}",
+                f"  speedup  {self.headline()}",
+                f"  cost     {getattr(self.before, self.cost_kind) * ms:.3f} ms -> "
+                f"{getattr(self.after, self.cost_kind) * ms:.3f} ms (estimate)",
+            ]
         lines = [
-            f"{self.model}: {self.search} search, {self.cost_kind} cost on {self.device}",
-            f"  speedup  {self.headline()}",
-            f"  cost     {getattr(self.before, self.cost_kind) * ms:.3f} ms -> "
-            f"{getattr(self.after, self.cost_kind) * ms:.3f} ms (estimate)",
+            *head,
             f"  sum {self.before.sum * ms:.3f} -> {self.after.sum * ms:.3f} ms, critical path "
             f"{self.before.critical_path * ms:.3f} -> {self.after.critical_path * ms:.3f} ms",
             f"  ops      {sum(self.ops_before.values())} -> {sum(self.ops_after.values())}, "
@@ -226,11 +293,23 @@ def substitute(
     write = writer(request.target)
     search = _make_search(request, write)
     latency = latency or make_latency_model(request.device)
-    cost = GraphCost(latency, request.cost)
+    planned = request.cost in ACCELERATOR_COSTS.names()
+    cost = GraphCost(latency, "sum" if planned else request.cost)  # type: ignore[arg-type]
     if graph is None:
         graph = from_onnx(model, command="substitute")
-    problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
-    result = search.run(problem, graph)
+    accelerator = None
+    if planned:
+        if request.rules is not None or request.guard or request.measure is not None:
+            raise ConfigError(f"--cost {request.cost} picks its own rules; no guard, no measure")
+        on_accelerator = ACCELERATOR_COSTS.get(request.cost)
+        result, accelerator = on_accelerator(model, graph, search, request, progress)
+        if not result.best.steps:  # no rewrite pays: the original model, as it came
+            same = Equivalence(0.0, request.tolerance)
+            report = _report(name or graph.name, request, cost, result, same, model)
+            return SubstitutionResult(model, replace(report, accelerator=accelerator), graph)
+    else:
+        problem = Problem(make_rules(request.rules), cost, request.budget, progress=progress)
+        result = search.run(problem, graph)
     guarded, searched = None, result.best
     if request.guard:
         guarded = guard(problem, result.original, result.best, _cpu_timer(write))
@@ -242,7 +321,10 @@ def substitute(
             f"rewritten model differs from the original (relative error "
             f"{equal.max_rel_error:.1e} > {request.tolerance:g}): not written"
         )
-    report = _report(name or graph.name, request, cost, result, equal, rewritten)
+    report = replace(
+        _report(name or graph.name, request, cost, result, equal, rewritten),
+        accelerator=accelerator,
+    )
     if request.guard or request.measure is not None:
         report = replace(report, measured_cpu=_measure_against(model, rewritten))
     if guarded is not None:
@@ -295,6 +377,11 @@ class SubstitutionOptions(SubstitutionRequest):
                 raise OptionError(option, f"must be at least 1, got {getattr(self, option)}")
         if not self.tolerance > 0:
             raise OptionError("tolerance", f"must be above 0, got {self.tolerance}")
+        costs = (*COST_KINDS, *ACCELERATOR_COSTS.names())
+        if self.cost not in costs:
+            raise OptionError("cost", f"{self.cost!r} is not one of {', '.join(costs)}")
+        if not self.plan_effort > 0:
+            raise OptionError("plan_effort", f"must be above 0, got {self.plan_effort}")
         if self.target not in TARGETS:
             raise OptionError("target", f"{self.target!r} is not one of {', '.join(TARGETS)}")
         if self.measure is not None:
@@ -314,7 +401,12 @@ class SubstitutionPass(ModelPass):
     keeps = frozenset({STATIC_SHAPES})
 
     def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
-        result = substitute(graph, self.options, name=graph.name)
+        options = self.options
+        if options.cost in ACCELERATOR_COSTS.names() and options.accelerator is None:
+            if context.accelerator is None:
+                raise ConfigError(f"--cost {options.cost} plans on an accelerator: none given")
+            options = replace(options, accelerator=context.accelerator)  # the plan's own
+        result = substitute(graph, options, name=graph.name)
         r = result.report
         line = (
             f"{sum(r.ops_before.values())} -> {sum(r.ops_after.values())} ops, "
