@@ -22,12 +22,14 @@ from data.synthetic import nasnet_cells, randwire
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.onnx_model import from_onnx, to_onnx
 from fusionplan.ir.onnx_run import max_relative_error, ort_session
+from fusionplan.passes import PASSES
+from fusionplan.passes.manager import STREAM_SCHEDULE, make_context
 from fusionplan.passes.streams.assign import assign_streams
 from fusionplan.passes.streams.dag import OpDag
 from fusionplan.passes.streams.execute import ThreadStreams
 from fusionplan.passes.streams.measure import feeds_for, measure_cuda, stream_latency
 from fusionplan.passes.streams.pipeline import (
-    METADATA_KEY,
+    StreamsOptions,
     StreamsPass,
     StreamsRequest,
     schedule_streams,
@@ -437,33 +439,27 @@ def test_schedule_streams_rejects_an_unknown_executor():
         schedule_streams(small_randwire(), StreamsRequest(execute="tpu"))  # type: ignore[arg-type]
 
 
-def test_streams_pass_annotates_metadata_and_keeps_the_graph():
-    model = reshape_model()
-    model.metadata_props.add(key="author", value="tests")
-    snapshot = model.SerializeToString()
-    annotated, report = StreamsPass().run(model)
-    assert model.SerializeToString() == snapshot  # the input is left alone
-    assert annotated.graph.SerializeToString() == model.graph.SerializeToString()
-    props = {p.key: p.value for p in annotated.metadata_props}
-    assert props["author"] == "tests"
-    schedule = json.loads(props[METADATA_KEY])
-    scheduled = {n.name for n in model.graph.node} - set(SHAPE_CHAIN)
-    assert set(schedule["streams"]) == scheduled
-    streams = set(schedule["streams"].values())
-    assert streams == set(range(report["streams"]))
-    assert report["streams"] >= 2  # Relu, Conv and Sigmoid of x can run at once
-    assert all(isinstance(s, int) for s in streams)
-    for u, v in schedule["events"]:
-        assert u in scheduled and v in scheduled
-        assert schedule["streams"][u] != schedule["streams"][v]
-    assert len(schedule["events"]) == report["events"]
-    assert "streams" in report["summary"] and "events" in report["summary"]
-    # a second run replaces the schedule rather than adding another
-    again, _ = StreamsPass(max_streams=1).run(annotated)
-    entries = [p.value for p in again.metadata_props if p.key == METADATA_KEY]
-    assert len(entries) == 1
-    assert set(json.loads(entries[0])["streams"].values()) == {0}
-    assert json.loads(entries[0])["events"] == []
+def test_streams_pass_provides_its_schedule_and_keeps_the_graph():
+    graph = from_onnx(reshape_model())
+    context = make_context(PASSES, ["streams"])
+    result = StreamsPass().run(graph, context)
+    assert result.graph is graph and not result.modified  # an analysis: the graph as it was
+    schedule = result.artifacts[STREAM_SCHEDULE]
+    scheduled = {n.name for n in reshape_model().graph.node} - set(SHAPE_CHAIN)
+    placed = [op for ops in schedule.streams for op in ops]
+    assert sorted(placed) == sorted(scheduled)  # every op on exactly one stream
+    stream_of = {op: s for s, ops in enumerate(schedule.streams) for op in ops}
+    assert len(schedule.streams) == result.report.streams >= 2  # Relu, Conv, Sigmoid of x
+    for u, v in schedule.events:
+        assert stream_of[u] != stream_of[v]
+    assert len(schedule.events) == result.report.events
+    assert schedule.bound_s <= schedule.makespan_s <= schedule.sequential_s
+    assert f"{len(schedule.streams)} streams" in result.headline
+    assert schedule.to_json()["streams"] == [list(ops) for ops in schedule.streams]
+    one = StreamsPass(StreamsOptions(max_streams=1)).run(graph, context)
+    single = one.artifacts[STREAM_SCHEDULE]
+    assert len(single.streams) == 1 and single.events == ()
+    assert single.makespan_s == pytest.approx(single.sequential_s)
 
 
 def test_stream_latency_on_cpu_is_positive():
