@@ -5,8 +5,8 @@ Generation is deterministic by seed, independent of the number of processes, res
 Everything here is numpy only: ``torch`` is imported only to export a zoo network that is
 not cached yet.
 
-Sampling and labelling are in :mod:`data.sampling`, the on-disk format in
-:mod:`data.shards`, the numpy reader in :mod:`data.reader`.
+Sampling and labelling are in :mod:`fusionplan.data.sampling`, the on-disk format in
+:mod:`fusionplan.data.shards`, the numpy reader in :mod:`fusionplan.data.reader`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from accel_model import COST_MODELS
-from data.features import BUFFER_COLUMN, FEATURE_NAMES, FEATURE_VERSION, NUM_FEATURES
-from data.reader import _read_manifest_raw
-from data.sampling import (
+from fusionplan.data.features import BUFFER_COLUMN, FEATURE_NAMES, FEATURE_VERSION, NUM_FEATURES
+from fusionplan.data.reader import _read_manifest_raw
+from fusionplan.data.sampling import (
     _CUT_RANGES,
     _MAX_PARTITIONS,
     _MAX_STALE,
@@ -39,7 +39,7 @@ from data.sampling import (
     label_groups,
     sample_groups,
 )
-from data.shards import (
+from fusionplan.data.shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
@@ -54,7 +54,7 @@ from data.shards import (
     shard_seed,
     write_npz,
 )
-from data.zoo import (
+from fusionplan.data.zoo import (
     TRAIN_MODELS,
     UNSEEN_MODELS,
     cache_dir,
@@ -118,8 +118,8 @@ def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
 
     Three forms: a zoo name (``resnet18``), a zoo name at another input size
     (``resnet18@448``: the same torchvision network exported at 448x448, see
-    :func:`data.zoo.zoo_variant_path`), or an ONNX file (its name is its stem made safe for shard
-    file names, its source its absolute path). Raises ``ModelError`` for an unknown zoo
+    :func:`fusionplan.data.zoo.zoo_variant_path`), or an ONNX file (its name is its stem made safe
+    for shard file names, its source its absolute path). Raises ``ModelError`` for an unknown zoo
     name or a missing file, ``ConfigError`` for a bad size.
     """
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from data.features import with_buffer
-from data.shards import (
+from fusionplan.data.features import with_buffer
+from fusionplan.data.shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,

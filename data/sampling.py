@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from accel_model import Accelerator, make_cost_model, unfusable_nodes
-from data.features import group_features, node_feature_table
-from data.shards import DatasetError, ShardSpec, graph_fingerprint
-from data.zoo import load_zoo_model, zoo_variant_path
+from fusionplan.data.features import group_features, node_feature_table
+from fusionplan.data.shards import DatasetError, ShardSpec, graph_fingerprint
+from fusionplan.data.zoo import load_zoo_model, zoo_variant_path
 from fusionplan.ir.graph import OpGraph, bits
 from fusionplan.ir.onnx_import import load_model
 from fusionplan.ir.partition import groups_from_cut_edges, make_sound

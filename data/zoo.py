@@ -61,8 +61,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import onnx
 import platformdirs
 
-from data.optimus_nets import NETWORKS as OPTIMUS_NETWORKS
-from data.optimus_nets import build_module
+from fusionplan.data.optimus_nets import NETWORKS as OPTIMUS_NETWORKS
+from fusionplan.data.optimus_nets import build_module
 from fusionplan.ir.errors import ModelError
 from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.ir.onnx_import import load_model

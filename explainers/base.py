@@ -1,7 +1,7 @@
 """One interface for the graph explainers: ``explain(sample) -> ranked edges``.
 
 A *sample* is one fusion group as the GIN sees it: a ``torch_geometric.data.Data`` (or any
-object) with ``x`` (node features, :mod:`data.features`) and ``edge_index``
+object) with ``x`` (node features, :mod:`fusionplan.data.features`) and ``edge_index``
 (producer -> consumer, local node indices). An explanation ranks the sample's edges, most
 responsible for the explained class first. For splitting (docs/design.md, "Splitting") the explained
 class is "invalid".

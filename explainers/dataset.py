@@ -15,7 +15,7 @@ sizes). Fields of each ``Data``:
 * ``y`` (1,) int64: 1 if the group is valid at this buffer (``F_beta < beta``), else 0;
 * ``buffer_bytes``, ``f_beta``, ``dram`` (1,) int64: buffer size, F_beta and F_D in bytes;
 * ``model`` (1,) int64: index into ``dataset.models``; ``group`` (1,) int64: index of the
-  group in the loaded :class:`data.reader.GroupDataset` (its bitmask:
+  group in the loaded :class:`fusionplan.data.reader.GroupDataset` (its bitmask:
   ``dataset.group_mask(int(data.group))``); ``buffer_index`` (1,) int64;
 * ``node_id`` (nodes,) int64: the nodes' topological labels in the model's op graph.
 
@@ -25,7 +25,7 @@ five buffer sizes of a group never straddle train and test): ``train``/``val``/`
 held-out networks) and ``all``.
 
 This module lives in ``explainers`` (not ``data``) because it needs torch; the format and
-its numpy reader are in :mod:`data.shards` and :mod:`data.reader`.
+its numpy reader are in :mod:`fusionplan.data.shards` and :mod:`fusionplan.data.reader`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
-from data.dataset import default_dataset_dir
-from data.reader import GroupDataset, load_dataset
+from fusionplan.data.dataset import default_dataset_dir
+from fusionplan.data.reader import GroupDataset, load_dataset
 from fusionplan.ir.errors import ConfigError
 
 SPLITS = ("train", "val", "test", "unseen", "all")
@@ -145,6 +145,7 @@ def training_samples(
     scheme: str, dataset_dir: str | os.PathLike | None = None, split: str = "train"
 ) -> FusionGroupDataset:
     """The ``split`` samples of ``scheme`` from ``dataset_dir`` (default
-    :func:`data.dataset.default_dataset_dir`): what the parametric explainers train on."""
+    :func:`fusionplan.data.dataset.default_dataset_dir`): what the parametric explainers train
+    on."""
 
     return FusionGroupDataset(dataset_dir or default_dataset_dir(), scheme, split)

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 from torch_geometric.nn import MessagePassing, global_add_pool
 
-from data.features import FEATURE_VERSION, NUM_FEATURES
 from explainers.checkpoints import (
     CheckpointError,
     checkpoint_name,
@@ -28,6 +27,7 @@ from explainers.checkpoints import (
     rebuild_command,
     weights_dir,
 )
+from fusionplan.data.features import FEATURE_VERSION, NUM_FEATURES
 
 INVALID, VALID = 0, 1
 

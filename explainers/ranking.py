@@ -1,7 +1,7 @@
 """An explainer as a :class:`fusionplan.planning.split.EdgeRanker`: ranked edges of a fusion group.
 
 For a group of a graph under a cost model, the ranker builds the GIN sample exactly as the
-dataset does (:func:`data.features.group_features` with the cost model's buffer size
+dataset does (:func:`fusionplan.data.features.group_features` with the cost model's buffer size
 in the buffer column), asks the explainer which edges make the group *invalid*, and maps
 the local edge indices back to ``(u, v)`` node ids of the graph. Explanations are cached per
 group.
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch_geometric.data import Data
 
-from data.features import group_features, node_feature_table, with_buffer
 from explainers.base import INVALID, SupportsExplain
+from fusionplan.data.features import group_features, node_feature_table, with_buffer
 from fusionplan.ir.graph import Group, bits
 
 if TYPE_CHECKING:

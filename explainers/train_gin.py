@@ -1,10 +1,10 @@
 """Training and evaluation of the GIN validity classifier (one model per fusion scheme).
 
 ``train_gin(dataset_dir, "lbdf")`` trains :class:`explainers.gin.GINClassifier` on a dataset
-written by :func:`data.dataset.generate_dataset`: samples are (group, buffer size) pairs, the
-label is the cost model's validity under the scheme at that buffer, the buffer enters as a
-node feature (``with_buffer``). Split 80/10/10 **by group** over the training networks
-(:meth:`data.reader.GroupDataset.split`); the held-out networks (ResNet-50, ResNet-152,
+written by :func:`fusionplan.data.dataset.generate_dataset`: samples are (group, buffer size)
+pairs, the label is the cost model's validity under the scheme at that buffer, the buffer enters as
+a node feature (``with_buffer``). Split 80/10/10 **by group** over the training networks
+(:meth:`fusionplan.data.reader.GroupDataset.split`); the held-out networks (ResNet-50, ResNet-152,
 DeepLabV3+MBv3) form the ``unseen`` set. Adam, cross-entropy, ``epochs`` passes over the
 training split; the weights of the epoch with the best validation accuracy are kept,
 evaluated on the test split and on the unseen set, and saved with
@@ -46,13 +46,13 @@ import torch
 import torch_geometric
 from torch import nn
 
-from data.dataset import default_dataset_dir
-from data.features import FEATURE_VERSION
-from data.reader import load_dataset
 from explainers.checkpoints import (
     save_checkpoint,
 )
 from explainers.gin import KIND, GINClassifier, GINConfig, attach_feature_clip
+from fusionplan.data.dataset import default_dataset_dir
+from fusionplan.data.features import FEATURE_VERSION
+from fusionplan.data.reader import load_dataset
 from fusionplan.ir.errors import ConfigError
 
 

@@ -11,19 +11,19 @@ one import line below (or, from outside the package, the registration line alone
 """
 
 from fusionplan.planning.result import Candidate, ExactBound, SearchResult
-from search.base import SEARCHES, Search, make_search, search_names
-from search.effort import WORK_SEARCHES
-from search.problem import BudgetExhausted, FusionProblem
-from search.result import Recorder
+from fusionplan.search.base import SEARCHES, Search, make_search, search_names
+from fusionplan.search.effort import WORK_SEARCHES
+from fusionplan.search.problem import BudgetExhausted, FusionProblem
+from fusionplan.search.result import Recorder
 
 # isort: off
 # the builtin searches register themselves, in this order (the CLI lists them so)
-from search.random_search import RandomSearch
-from search.local_search import LocalSearch, LocalSearchConfig
-from search.nsga2 import NSGA2Config, NSGA2Search
-from search.exact import ExactConfig, ExactSearch
-from search.lns import LargeNeighbourhoodSearch, LNSConfig
-from search.auto import AutoConfig, AutoSearch
+from fusionplan.search.random_search import RandomSearch
+from fusionplan.search.local_search import LocalSearch, LocalSearchConfig
+from fusionplan.search.nsga2 import NSGA2Config, NSGA2Search
+from fusionplan.search.exact import ExactConfig, ExactSearch
+from fusionplan.search.lns import LargeNeighbourhoodSearch, LNSConfig
+from fusionplan.search.auto import AutoConfig, AutoSearch
 # isort: on
 
 __all__ = [

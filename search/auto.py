@@ -36,9 +36,9 @@ from accel_model.objectives import Objective, objective_parts, static_floor
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group
 from fusionplan.planning.result import ExactBound, ObjectiveBound, SearchResult
-from search.base import SEARCHES, Progress, build_config, check_start
-from search.certify import DEFAULT_MAX_DOWNSETS, relative_gap
-from search.effort import (
+from fusionplan.search.base import SEARCHES, Progress, build_config, check_start
+from fusionplan.search.certify import DEFAULT_MAX_DOWNSETS, relative_gap
+from fusionplan.search.effort import (
     AUTO_UNITS,
     SCOUT_OP_PLANS,
     STOP_CLOCK,
@@ -49,11 +49,11 @@ from search.effort import (
     clock_end,
     units,
 )
-from search.exact import ExactSearch, count_downsets, objective_optimum
-from search.lns import LargeNeighbourhoodSearch
-from search.local_search import LocalSearch
-from search.problem import FusionProblem
-from search.result import Recorder
+from fusionplan.search.exact import ExactSearch, count_downsets, objective_optimum
+from fusionplan.search.lns import LargeNeighbourhoodSearch
+from fusionplan.search.local_search import LocalSearch
+from fusionplan.search.problem import FusionProblem
+from fusionplan.search.result import Recorder
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Any, Protocol, TypeVar
 
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.registry import Registry
-from search.problem import FusionProblem
-from search.result import SearchResult
+from fusionplan.search.problem import FusionProblem
+from fusionplan.search.result import SearchResult
 
 Progress = Callable[[int], None]
 C = TypeVar("C")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 
 from fusionplan.planning.result import Certificate, SearchResult
-from search.effort import CERTIFY_UNITS, clock_end, units
-from search.exact import ExactSolver, SolveLimits, count_downsets, solve
-from search.problem import FusionProblem
+from fusionplan.search.effort import CERTIFY_UNITS, clock_end, units
+from fusionplan.search.exact import ExactSolver, SolveLimits, count_downsets, solve
+from fusionplan.search.problem import FusionProblem
 
 DEFAULT_MAX_DOWNSETS = 200_000
 

@@ -126,8 +126,8 @@ from accel_model.objectives import Objective, check_additive
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, bits
 from fusionplan.planning.result import ExactBound, ObjectiveBound, SearchResult
-from search.base import SEARCHES, Progress, build_config, check_start
-from search.effort import (
+from fusionplan.search.base import SEARCHES, Progress, build_config, check_start
+from fusionplan.search.effort import (
     EXACT_UNITS,
     STOP_CLOCK,
     STOP_OPTIMAL,
@@ -138,8 +138,8 @@ from search.effort import (
     clock_end,
     run_units,
 )
-from search.problem import FusionProblem
-from search.result import Recorder
+from fusionplan.search.problem import FusionProblem
+from fusionplan.search.result import Recorder
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, quotient_order
 from fusionplan.planning.result import SearchResult
-from search.base import SEARCHES, Progress, build_config, check_start
-from search.effort import (
+from fusionplan.search.base import SEARCHES, Progress, build_config, check_start
+from fusionplan.search.effort import (
     LNS_UNITS,
     STOP_BUDGET,
     STOP_CLOCK,
@@ -40,9 +40,9 @@ from search.effort import (
     clock_end,
     run_units,
 )
-from search.exact import ExactSolver, SolveLimits, count_downsets, solve
-from search.problem import BudgetExhausted, FusionProblem
-from search.result import Recorder
+from fusionplan.search.exact import ExactSolver, SolveLimits, count_downsets, solve
+from fusionplan.search.problem import BudgetExhausted, FusionProblem
+from fusionplan.search.result import Recorder
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 1. Propose ``initial`` random plans (:meth:`FusionProblem.random_cuts`, the random-search
    distribution; they count against the budget) and keep the ``top_k`` best distinct ones.
 2. Until the budget is spent: pick a parent from the top-K, apply exactly one 1-edit
-   mutation (:class:`search.operators.OneEditMutation`: move a boundary node to a
+   mutation (:class:`fusionplan.search.operators.OneEditMutation`: move a boundary node to a
    neighbouring group, merge two adjacent groups, or split a group at a topological cut),
    and propose the result; :meth:`FusionProblem.evaluate` makes it sound and splits invalid
    groups. The child enters the top-K if it is not already there and is better than the
@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass
 
 from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.result import Candidate, SearchResult
-from search.base import SEARCHES, Progress, build_config, check_start
-from search.operators import OneEditMutation, PlanView
-from search.problem import FusionProblem
-from search.result import Recorder
+from fusionplan.search.base import SEARCHES, Progress, build_config, check_start
+from fusionplan.search.operators import OneEditMutation, PlanView
+from fusionplan.search.problem import FusionProblem
+from fusionplan.search.result import Recorder
 
 SELECTIONS = ("tournament", "uniform")
 

@@ -9,11 +9,11 @@ of the uncut edges (:func:`fusionplan.ir.partition.groups_from_cut_edges`).
 Backends (``NSGA2Config.backend``; also the registry name ``"nsga2-openbox"``):
 
 * ``"pymoo"`` (default) — pymoo's ``NSGA2`` driven through ask/tell. Initial population:
-  :class:`search.operators.RandomCutSampling` (the random-search distribution). Variation:
-  two-point (default) or uniform crossover + bit-flip mutation at ``mutation_rate`` per bit
-  (default ``1 / len(edges)``). Soundness and splitting run as a pymoo ``Repair``
-  (:class:`search.operators.PlanRepair`) that rewrites each offspring to the cut bits of the
-  valid plan it becomes, so the population always carries valid plans and pymoo's duplicate
+  :class:`fusionplan.search.operators.RandomCutSampling` (the random-search distribution).
+  Variation: two-point (default) or uniform crossover + bit-flip mutation at ``mutation_rate`` per
+  bit (default ``1 / len(edges)``). Soundness and splitting run as a pymoo ``Repair``
+  (:class:`fusionplan.search.operators.PlanRepair`) that rewrites each offspring to the cut bits of
+  the valid plan it becomes, so the population always carries valid plans and pymoo's duplicate
   elimination compares real plans. Budget: the population is ``min(pop_size, remaining)``
   and, before each ``ask``, ``n_offsprings`` is capped at the remaining budget; every plan is
   counted by :meth:`FusionProblem.evaluate_realised` inside the pymoo problem's evaluation.
@@ -21,7 +21,7 @@ Backends (``NSGA2Config.backend``; also the registry name ``"nsga2-openbox"``):
   small graph), random immigrants from the sampling operator are told instead, so the run
   still spends exactly the budget.
 * ``"openbox"`` — ``openbox.NSGAOptimizer`` (the paper's choice; see
-  :mod:`search.nsga2_openbox`). An optional extra.
+  :mod:`fusionplan.search.nsga2_openbox`). An optional extra.
 
 Seeded runs are deterministic: pymoo draws from ``np.random.default_rng(seed)`` only.
 They are also the same on every CPU: survival is :func:`stable_rank_and_crowding`, pymoo's
@@ -48,11 +48,11 @@ from accel_model.objectives import make_objective
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import bits
 from fusionplan.planning.result import Candidate, SearchResult
-from search.base import SEARCHES, Progress, build_config, check_start
-from search.nsga2_openbox import MISSING, run_openbox
-from search.operators import PlanRepair, RandomCutSampling, stable_randomized_argsort
-from search.problem import FusionProblem
-from search.result import Recorder
+from fusionplan.search.base import SEARCHES, Progress, build_config, check_start
+from fusionplan.search.nsga2_openbox import MISSING, run_openbox
+from fusionplan.search.operators import PlanRepair, RandomCutSampling, stable_randomized_argsort
+from fusionplan.search.problem import FusionProblem
+from fusionplan.search.result import Recorder
 
 BACKENDS = ("pymoo", "openbox")
 CROSSOVERS = ("two_point", "uniform")

@@ -5,7 +5,7 @@ Platypus. The search space is a ConfigSpace with one categorical hyperparameter 
 {0, 1} per edge of ``problem.edges`` (1 = cut); Platypus encodes each as a one-bit integer
 and evolves them with half-uniform crossover and bit-flip mutation (1 / bits per bit). The
 objective function decodes a configuration into cut bits, the cut bits into groups
-(:class:`search.operators.EdgeCodec`, same result as ``FusionProblem.evaluate_cuts``) and
+(:class:`fusionplan.search.operators.EdgeCodec`, same result as ``FusionProblem.evaluate_cuts``) and
 proposes them with :meth:`FusionProblem.evaluate` (made sound and split there); objectives
 (DRAM, MBU).
 
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.result import SearchResult
-from search.operators import EdgeCodec
-from search.problem import FusionProblem
-from search.result import Recorder
+from fusionplan.search.operators import EdgeCodec
+from fusionplan.search.problem import FusionProblem
+from fusionplan.search.result import Recorder
 
 if TYPE_CHECKING:
-    from search.base import Progress
-    from search.nsga2 import NSGA2Config
+    from fusionplan.search.base import Progress
+    from fusionplan.search.nsga2 import NSGA2Config
 
 MISSING = "the OpenBox backend needs the extra: pip install 'fusionplan[openbox]'"
 

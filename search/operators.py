@@ -6,7 +6,7 @@ Two encodings are used by the searches:
   :class:`PlanView` precomputes what the 1-edit mutations need (owner of every node, the cut
   edges between groups, the groups with more than one node). Each mutation returns a new
   list of groups, which need not be connected, acyclic or valid:
-  :meth:`search.problem.FusionProblem.evaluate` repairs it.
+  :meth:`fusionplan.search.problem.FusionProblem.evaluate` repairs it.
 
   - :class:`MoveBoundaryNode` — move one end of a cut edge into the other end's group;
   - :class:`MergeAdjacentGroups` — merge the two groups a cut edge joins;
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from fusionplan.planning.result import Candidate
-    from search.problem import FusionProblem
+    from fusionplan.search.problem import FusionProblem
 
 
 # ----------------------------------------------------------------------- group lists

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from fusionplan.planning.result import SearchResult
-from search.base import SEARCHES, Progress
-from search.problem import FusionProblem
-from search.result import Recorder
+from fusionplan.search.base import SEARCHES, Progress
+from fusionplan.search.problem import FusionProblem
+from fusionplan.search.result import Recorder
 
 
 class RandomSearch:

@@ -8,7 +8,7 @@ from typing import Any
 
 from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.result import Candidate, ExactBound, ObjectiveBound, SearchResult
-from search.problem import FusionProblem
+from fusionplan.search.problem import FusionProblem
 
 
 class Recorder:

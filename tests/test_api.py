@@ -30,14 +30,14 @@ def res_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def no_model_loading(monkeypatch: pytest.MonkeyPatch) -> None:
-    import data.zoo
+    from fusionplan.data import zoo
 
     def fail(*args, **kwargs):
         raise AssertionError("the model was loaded before the settings were checked")
 
-    monkeypatch.setattr(data.zoo, "resolve_model", fail)
+    monkeypatch.setattr(zoo, "resolve_model", fail)
     monkeypatch.setattr(api, "resolve_model", fail)
-    monkeypatch.setattr(data.zoo, "zoo_path", fail)
+    monkeypatch.setattr(zoo, "zoo_path", fail)
 
 
 def test_plan_returns_a_validated_plan(res_path: Path):

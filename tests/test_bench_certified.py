@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import fusionplan as fp
-from data.zoo import zoo_names
 from fusionplan.app.bench.certified import (
     BEGIN,
     EXACT_BEGIN,
@@ -14,6 +13,7 @@ from fusionplan.app.bench.certified import (
     gap_summary,
     load_certified,
 )
+from fusionplan.data.zoo import zoo_names
 from tests.test_cli import invoke
 
 

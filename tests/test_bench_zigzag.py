@@ -12,7 +12,6 @@ from click.testing import CliRunner
 
 from accel_model import Accelerator
 from accel_model.hardware import Hardware
-from data.zoo import load_zoo_model
 from fusionplan.app.bench.zigzag import (
     LAYERS,
     conv_op,
@@ -24,6 +23,7 @@ from fusionplan.app.bench.zigzag import (
     zigzag_workload,
 )
 from fusionplan.app.cli import cli
+from fusionplan.data.zoo import load_zoo_model
 
 DEPTHWISE = "/features/features.3/conv/conv.1/conv.1.0/Conv"  # 144 channels, 56 x 56, 3 x 3
 

@@ -12,12 +12,12 @@ import shutil
 
 import pytest
 
-from data import zoo
 from fusionplan.app.bench import BEGIN as PAPER_BEGIN
 from fusionplan.app.bench import END as PAPER_END
 from fusionplan.app.bench import catalogue
 from fusionplan.app.bench.catalogue import CatalogueConfig, run_catalogue
 from fusionplan.app.cli import main
+from fusionplan.data import zoo
 
 SMALL = "mnasnet0_5"
 FAILING = "shufflenet_v2_x0_5"

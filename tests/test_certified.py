@@ -26,9 +26,9 @@ from accel_model.bounds import TrafficBound, plan_lower_bound
 from accel_model.lbdf import LBDF
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits
 from fusionplan.planning.split import make_splitter
-from search import FusionProblem, make_search
-from search.certify import certify
-from search.exact import ExactSolver, SolveLimits, count_downsets, solve
+from fusionplan.search import FusionProblem, make_search
+from fusionplan.search.certify import certify
+from fusionplan.search.exact import ExactSolver, SolveLimits, count_downsets, solve
 from tests.random_dags import random_dag
 from tests.test_cli import invoke
 from tests.test_exact import (

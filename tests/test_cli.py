@@ -74,7 +74,7 @@ def load_plan(model_path, text: str) -> Plan:
 
 
 def _zoo(name: str):
-    from data.zoo import resolve_model
+    from fusionplan.data.zoo import resolve_model
 
     return resolve_model(name)
 

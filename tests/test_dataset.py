@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from accel_model import Accelerator, make_cost_model
-from data import dataset as ds
-from data import reader, shards
-from data.features import group_features, node_feature_table, with_buffer
+from fusionplan.data import dataset as ds
+from fusionplan.data import reader, shards
+from fusionplan.data.features import group_features, node_feature_table, with_buffer
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import bits, is_weakly_connected
 from fusionplan.ir.onnx_import import load_model
@@ -329,7 +329,8 @@ def test_reader_rejects_corrupt_missing_and_foreign_datasets(tmp_path, generated
 
 def test_planning_does_not_load_dataset_generation():
     code = (
-        "import sys, data.zoo\nprint('data.dataset' in sys.modules, 'data.reader' in sys.modules)"
+        "import sys, fusionplan.data.zoo\n"
+        "print('fusionplan.data.dataset' in sys.modules, 'fusionplan.data.reader' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

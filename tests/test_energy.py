@@ -27,17 +27,17 @@ from accel_model.objectives import make_objective
 from accel_model.registry import cost_model_class
 from accel_model.schedule import Compute, Schedule, Step, Transfer
 from accel_model.schedule_layer import _Layer
-from data.zoo import load_zoo_model
 from fusionplan.app.api import load
 from fusionplan.app.bench.optimus import optimus_accelerator
 from fusionplan.app.cli import cli
 from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.app.report import knee, mark
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits
 from fusionplan.planning.split import make_splitter
-from search import FusionProblem, make_search
-from search.exact import ExactSolver
+from fusionplan.search import FusionProblem, make_search
+from fusionplan.search.exact import ExactSolver
 from tests.onnx_builders import residual_block, save
 from tests.random_dags import random_dag, small_buffer, valid_plans
 

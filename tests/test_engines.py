@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from data import dataset as ds
 from fusionplan.app import grid as grid_module
 from fusionplan.app.grid import GRID_FIELDS, Grid, run_grid
 from fusionplan.app.pipeline import PlanRequest
+from fusionplan.data import dataset as ds
 from fusionplan.engines import (
     WORKER_DIED,
     LocalEngine,

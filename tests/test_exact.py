@@ -25,14 +25,14 @@ from accel_model.accelerator import OPTIMUS_APPROXIMATIONS
 from accel_model.brr import BRR
 from accel_model.lbdf import LBDF
 from accel_model.registry import cost_model_class
-from data.synthetic import resnet_block_stack
+from fusionplan.data.synthetic import resnet_block_stack
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits, weak_components
 from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.planning.split import make_splitter
-from search import ExactConfig, FusionProblem, make_search, search_names
-from search.effort import EXACT_UNITS
-from search.exact import ExactSolver, count_downsets
+from fusionplan.search import ExactConfig, FusionProblem, make_search, search_names
+from fusionplan.search.effort import EXACT_UNITS
+from fusionplan.search.exact import ExactSolver, count_downsets
 from tests.random_dags import random_dag, small_buffer, valid_plans
 
 VARIANTS: dict[str, dict] = {

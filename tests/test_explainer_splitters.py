@@ -23,15 +23,15 @@ from torch_geometric.data import Batch, Data  # noqa: E402
 
 from accel_model import Accelerator, make_cost_model  # noqa: E402
 from accel_model.lbdf import LBDF  # noqa: E402
-from data.features import (  # noqa: E402
+from explainers.checkpoints import WEIGHTS_ENV, CheckpointError, save_checkpoint  # noqa: E402
+from explainers.gin import GINClassifier, GINConfig  # noqa: E402
+from fusionplan.app.api import plan  # noqa: E402
+from fusionplan.data.features import (  # noqa: E402
     FEATURE_VERSION,
     group_features,
     node_feature_table,
     with_buffer,
 )
-from explainers.checkpoints import WEIGHTS_ENV, CheckpointError, save_checkpoint  # noqa: E402
-from explainers.gin import GINClassifier, GINConfig  # noqa: E402
-from fusionplan.app.api import plan  # noqa: E402
 from fusionplan.ir.graph import bits, is_weakly_connected, mask_of  # noqa: E402
 from fusionplan.planning.split import SPLITTERS, make_splitter  # noqa: E402
 from tests.random_dags import random_dag, small_buffer  # noqa: E402

@@ -46,13 +46,13 @@ from torch_geometric.data import Batch, Data  # noqa: E402
 
 from accel_model import Accelerator, make_cost_model  # noqa: E402
 from accel_model.accelerator import PROFILES  # noqa: E402
-from data.features import group_features, node_feature_table, with_buffer  # noqa: E402
 from explainers.base import INVALID, Explainer, clear_explain_state, rank_edges  # noqa: E402
 from explainers.gin import GINClassifier, GINConfig  # noqa: E402
 from explainers.gnnexplainer import GNNExplainerAlgorithm  # noqa: E402
 from explainers.pgexplainer import PGExplainerAlgorithm  # noqa: E402
 from explainers.ranking import ExplainerRanker  # noqa: E402
 from explainers.rgexplainer import RGExplainerAlgorithm, embedding_dim  # noqa: E402
+from fusionplan.data.features import group_features, node_feature_table, with_buffer  # noqa: E402
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits, mask_of  # noqa: E402
 from fusionplan.planning.split import group_edges  # noqa: E402
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from data import dataset as ds
-from data import reader
-from data.features import FEATURE_NAMES, NUM_FEATURES
 from explainers import train_gin as tg
 from explainers.checkpoints import CheckpointError, load_checkpoint
 from explainers.dataset import FusionGroupDataset, training_samples
 from explainers.gin import GINClassifier, load_gin
+from fusionplan.data import dataset as ds
+from fusionplan.data import reader
+from fusionplan.data.features import FEATURE_NAMES, NUM_FEATURES
 from tests.dataset_models import TINY_BUFFERS_KB, save_tiny
 
 

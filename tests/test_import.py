@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from data.zoo import load_zoo_model
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.errors import ConfigError, FusionPlanWarning, GraphError, ModelError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.onnx_import import load_model

@@ -27,10 +27,10 @@ from accel_model.io_bounds import (
     segment_capacity,
 )
 from accel_model.layer import layer_geometry, loop_orders
-from data.zoo import load_zoo_model, zoo_names
 from fusionplan.app.bench import replay_table
 from fusionplan.app.bench.fidelity import FidelityConfig, markers, run_fidelity
 from fusionplan.app.cli import main
+from fusionplan.data.zoo import load_zoo_model, zoo_names
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.graph import Node, OpGraph, Tensor
 from tests.onnx_builders import Net, conv_chain, to_graph

@@ -28,10 +28,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fusionplan.engines",),
     ("accel_model",),
     ("fusionplan.planning",),
-    ("data",),
+    ("fusionplan.data",),
     ("fusionplan.passes.manager",),
     (
-        "search",
+        "fusionplan.search",
         "explainers",
         "fusionplan.passes.substitution",
         "fusionplan.passes.streams",
@@ -41,7 +41,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fusionplan.app",),
 )
 FACADE = ("fusionplan", "fusionplan.__main__")  # the package front: reaches the app by name
-OURS = ("fusionplan", "accel_model", "search", "data", "explainers")
+OURS = ("fusionplan", "accel_model", "explainers")  # top-level import names
+FOLDERS = {
+    "fusionplan": "fusionplan",
+    "accel_model": "accel_model",
+    "explainers": "explainers",
+    "search": "fusionplan.search",
+    "data": "fusionplan.data",
+}
+"""Source folder -> the package it installs as (pyproject.toml's package-dir)."""
 HEAVY = frozenset(
     {
         "torch",
@@ -74,14 +82,14 @@ class Import:
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
+    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts and parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([FOLDERS[folder], *parts])
 
 
 def source_files() -> list[Path]:
-    return sorted(p for pkg in OURS for p in (ROOT / pkg).rglob("*.py"))
+    return sorted(p for folder in FOLDERS for p in (ROOT / folder).rglob("*.py"))
 
 
 def imports_of(path: Path) -> list[Import]:
@@ -179,7 +187,8 @@ def test_checker_catches_an_upward_sideways_and_lazy_import(tmp_path, monkeypatc
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "bad.py").write_text(
-        "from search.problem import FusionProblem\ndef f():\n    import numpy\n    import torch\n"
+        "from fusionplan.search.problem import FusionProblem\n"
+        "def f():\n    import numpy\n    import torch\n"
     )
     (tmp_path / "search").mkdir()
     (tmp_path / "search" / "bad.py").write_text("import explainers.gin  # sideways\n")
@@ -191,12 +200,15 @@ def test_checker_catches_an_upward_sideways_and_lazy_import(tmp_path, monkeypatc
     )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     found = "\n".join(violations())
-    assert "fusionplan/ir/bad.py:1: fusionplan.ir.bad imports search.problem, a higher layer" in (
-        found
+    assert (
+        "fusionplan/ir/bad.py:1: fusionplan.ir.bad imports fusionplan.search.problem, "
+        "a higher layer" in found
     )
     assert "fusionplan/ir/bad.py:3: import of numpy inside a function" in found
     assert "fusionplan/ir/bad.py:4: function-level import of torch has no reason" in found
-    assert "search/bad.py:1: search.bad imports explainers.gin, a sibling package" in found
+    assert "search/bad.py:1: fusionplan.search.bad imports explainers.gin, a sibling package" in (
+        found
+    )
     streams = "fusionplan/passes/streams/bad.py"
     assert (
         f"{streams}:1: fusionplan.passes.streams.bad imports "
@@ -211,7 +223,7 @@ def test_checker_catches_an_upward_sideways_and_lazy_import(tmp_path, monkeypatc
 @pytest.mark.parametrize(
     ("module", "layer"),
     [("fusionplan.ir.graph", 0), ("fusionplan.engines.local", 1), ("accel_model.brr", 2),
-     ("fusionplan.passes.manager", 5), ("search.exact", 6),
+     ("fusionplan.passes.manager", 5), ("fusionplan.search.exact", 6),
      ("fusionplan.passes.streams.measure", 6), ("fusionplan.passes.substitution", 6),
      ("fusionplan.batching.graph", 6), ("fusionplan.passes", 7),
      ("fusionplan.app.cli", 8), ("fusionplan", None)],

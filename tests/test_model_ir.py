@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from data.zoo import zoo_path
+from fusionplan.data.zoo import zoo_path
 from fusionplan.ir.graph import Node, OpGraph, Tensor
 from fusionplan.ir.lowering import lower
 from fusionplan.ir.model import ModelGraph, ModelNode, TensorInfo, Weight, make_attrs

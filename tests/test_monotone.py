@@ -22,7 +22,7 @@ from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.ir.graph import bits, mask_of
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import make_splitter
-from search import FusionProblem, make_search
+from fusionplan.search import FusionProblem, make_search
 from tests.onnx_builders import conv_chain, save, to_graph
 from tests.random_dags import random_dag
 from tests.test_exact import VARIANTS, accelerator

@@ -16,9 +16,9 @@ import itertools
 import numpy as np
 import pytest
 
-import search.nsga2 as nsga2_module
-from search.nsga2 import NSGA2Search, stable_rank_and_crowding
-from search.operators import stable_randomized_argsort
+import fusionplan.search.nsga2 as nsga2_module
+from fusionplan.search.nsga2 import NSGA2Search, stable_rank_and_crowding
+from fusionplan.search.operators import stable_randomized_argsort
 from tests.onnx_builders import to_graph
 from tests.test_search import make_problem, mini_net
 

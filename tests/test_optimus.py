@@ -16,11 +16,11 @@ import fusionplan as fp
 from accel_model import Accelerator, make_cost_model
 from accel_model.description import load_accelerator, read_description
 from accel_model.optimus_pricing import FusedGroup, OptimusView, glb_energy
-from data.optimus_nets import NETWORKS
-from data.zoo import load_zoo_model
 from fusionplan.app.bench.optimus import DATA, optimus_accelerator, profile_price
 from fusionplan.app.bench.optimus_oracle import OptimusRunner, layer_of_ops, optimus_checkout
 from fusionplan.app.cli import cli
+from fusionplan.data.optimus_nets import NETWORKS
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import bits, mask_of
 from tests.onnx_builders import residual_block, save, to_graph

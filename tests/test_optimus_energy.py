@@ -14,9 +14,9 @@ import scipy
 
 from accel_model import make_cost_model
 from accel_model.optimus_pricing import OptimusPricing, fused_price, register_file
-from data.zoo import load_zoo_model
 from fusionplan.app.bench.optimus import DATA, optimus_accelerator
 from fusionplan.app.bench.optimus_oracle import OptimusRunner, layer_of_ops, optimus_checkout
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.graph import OpGraph, bits
 
 OPTIMUS = optimus_checkout()

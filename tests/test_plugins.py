@@ -17,7 +17,7 @@ from fusionplan.app import api
 from fusionplan.app.cli import main
 from fusionplan.ir.graph import Group
 from fusionplan.planning.result import SearchResult
-from search import SEARCHES, FusionProblem, Recorder
+from fusionplan.search import SEARCHES, FusionProblem, Recorder
 from tests.onnx_builders import residual_block, save
 
 
@@ -92,7 +92,7 @@ def test_unregistered_names_are_refused_with_the_choices(model, capsys):
 
 
 def test_broken_lazy_plugin_fails_with_its_own_import_error():
-    SEARCHES.register_lazy("ghost", "search.no_such_module:Ghost", help="broken")
+    SEARCHES.register_lazy("ghost", "fusionplan.search.no_such_module:Ghost", help="broken")
     try:
         assert "ghost" in SEARCHES.names()  # listed without importing it ...
         with pytest.raises(ModuleNotFoundError, match=r"search\.no_such_module"):

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageStat
 
-from data.zoo import load_zoo_model
 from fusionplan.app.api import plan, schedule_streams
 from fusionplan.app.grid import grid_rows
 from fusionplan.app.htmlreport import plan_report, write_streams_html
 from fusionplan.app.htmlreport.payload import op_type_colour
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import load_model

@@ -33,7 +33,7 @@ from accel_model.schedule_lbdf import (
     least_rows,
 )
 from accel_model.windows import input_channels, reduces_over_inputs
-from data.zoo import load_zoo_model
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.graph import Group, Node, OpGraph, Tensor, bits, mask_of
 from tests import numeric_models as nm
 from tests.onnx_builders import (

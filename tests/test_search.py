@@ -21,10 +21,10 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import bits, is_weakly_connected, quotient_order
 from fusionplan.ir.partition import cut_edges_of, groups_from_cut_edges
 from fusionplan.planning.split import make_splitter
-from search import FusionProblem, SearchResult, make_search, search_names
-from search.local_search import LocalSearch, LocalSearchConfig
-from search.nsga2 import NSGA2Config, NSGA2Search
-from search.operators import (
+from fusionplan.search import FusionProblem, SearchResult, make_search, search_names
+from fusionplan.search.local_search import LocalSearch, LocalSearchConfig
+from fusionplan.search.nsga2 import NSGA2Config, NSGA2Search
+from fusionplan.search.operators import (
     EdgeCodec,
     MergeAdjacentGroups,
     MoveBoundaryNode,
@@ -250,7 +250,8 @@ def test_config_objects_and_options_agree(graph):
 
 def test_search_does_not_import_ga_libraries():
     code = (
-        "import sys, search; search.make_search('ls'); search.make_search('nsga2'); "
+        "import sys; from fusionplan import search; "
+        "search.make_search('ls'); search.make_search('nsga2'); "
         "search.search_names(); "
         "bad = [m for m in ('pymoo', 'openbox', 'platypus', 'ConfigSpace') if m in sys.modules]; "
         "assert not bad, bad"

@@ -21,7 +21,7 @@ from accel_model.registry import cost_model_class
 from fusionplan.ir.graph import bits, is_weakly_connected, quotient_order
 from fusionplan.ir.partition import make_sound
 from fusionplan.planning.split import make_splitter
-from search import FusionProblem, make_search
+from fusionplan.search import FusionProblem, make_search
 from tests.random_dags import random_dag, small_buffer
 
 PROPS = settings(max_examples=25, deadline=None,

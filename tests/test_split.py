@@ -104,7 +104,7 @@ def test_split_small_group(kind, beta):
 
 @pytest.fixture(scope="module")
 def resnet18():
-    from data.zoo import resolve_model
+    from fusionplan.data.zoo import resolve_model
 
     return resolve_model("resnet18")
 

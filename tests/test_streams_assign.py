@@ -17,7 +17,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from data.synthetic import randwire
+from fusionplan.data.synthetic import randwire
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.onnx_model import from_onnx
 from fusionplan.passes.streams.assign import (
@@ -553,7 +553,7 @@ def test_the_critical_path_is_one_chain_with_no_event_on_it(heavy: int) -> None:
 def test_assignment_does_not_depend_on_the_hash_seed() -> None:
     """Two processes with different string hash seeds assign the same streams."""
     script = (
-        "from data.synthetic import nasnet_cells\n"
+        "from fusionplan.data.synthetic import nasnet_cells\n"
         "from fusionplan.passes.streams.assign import assign_streams\n"
         "from fusionplan.passes.streams.dag import OpDag\n"
         "from fusionplan.ir.onnx_model import from_onnx\n"

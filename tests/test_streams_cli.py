@@ -11,9 +11,9 @@ import onnx
 import pytest
 
 import fusionplan as fp
-from data.synthetic import nasnet_cells
 from fusionplan.app.bench.streams import markdown, read_cells
 from fusionplan.app.bench.streams import run_bench as run_streams_bench
+from fusionplan.data.synthetic import nasnet_cells
 from fusionplan.ir.errors import ConfigError
 from fusionplan.passes.streams.assign import StreamAssignment
 from fusionplan.passes.streams.trace import Timeline, chrome_trace

@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from data.synthetic import nasnet_cells, randwire
+from fusionplan.data.synthetic import nasnet_cells, randwire
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.onnx_model import from_onnx, to_onnx
 from fusionplan.ir.onnx_run import max_relative_error, ort_session

@@ -162,9 +162,7 @@ def test_matcher_keeps_the_valid_assignment_of_an_asymmetric_rule() -> None:
 # -- the pass ----------------------------------------------------------------------------
 def request_on(buffer: str, scheme: str = "lbdf", **options) -> SubstitutionRequest:
     accel = PlanRequest(buffer=buffer, scheme=scheme).accelerator()
-    return SubstitutionRequest(
-        search="taso", cost="dram", budget=12, accelerator=accel, **options
-    )
+    return SubstitutionRequest(search="taso", cost="dram", budget=12, accelerator=accel, **options)
 
 
 @pytest.mark.parametrize("builder", [siblings, lambda: siblings(3), inception_block])
@@ -261,9 +259,7 @@ def test_substitute_cli_dram_cost(tmp_path) -> None:
 
 def test_joint_mode_plans_candidates_exactly() -> None:
     accel = Accelerator.of("1KB", "lbdf", 1)
-    request = SubstitutionRequest(
-        search="taso", cost="dram-exact", budget=5, accelerator=accel
-    )
+    request = SubstitutionRequest(search="taso", cost="dram-exact", budget=5, accelerator=accel)
     a = substitute(conv_mul(), request).report.accelerator
     assert a["planner"]["search"] == "exact" and a["dram_after"] == 8448
     assert a["proven"] == 2  # the folded graph's plan and the original's control plan

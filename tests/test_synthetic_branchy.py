@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from networkx.algorithms import bipartite
 
-from data.synthetic import SYNTHETIC, nasnet_cells, randwire, watts_strogatz_dag
+from fusionplan.data.synthetic import SYNTHETIC, nasnet_cells, randwire, watts_strogatz_dag
 from fusionplan.ir.onnx_model import from_onnx
 
 # Small spatial size keeps onnxruntime fast; the graph structure does not depend on it.

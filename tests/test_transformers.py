@@ -12,8 +12,8 @@ import pytest
 from accel_model import Accelerator
 from accel_model.brr import BRR
 from accel_model.lbdf import LBDF
-from data.zoo import load_zoo_model
 from fusionplan.app.api import plan
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.graph import OpGraph, mask_of
 from fusionplan.ir.onnx_import import load_model
 from tests.onnx_builders import Net, linear_gelu, save, to_graph

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from data import zoo
+from fusionplan.data import zoo
 from fusionplan.ir.errors import ModelError
 from fusionplan.ir.onnx_import import load_model
 
@@ -139,7 +139,7 @@ def test_cache_dir_and_file_name(cache, monkeypatch):
 
 def test_import_is_light():
     """``import data.zoo`` and ``list_zoo()`` must not pull in torch (CLI start-up time)."""
-    code = "import sys, data.zoo as z; z.list_zoo(); print('torch' in sys.modules)"
+    code = "import sys, fusionplan.data.zoo as z; z.list_zoo(); print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
@@ -426,7 +426,7 @@ def test_models_over_the_protobuf_limit_are_refused_before_building(tmp_path):
 def test_names_resolve_without_torch_once_indexed(cache):
     zoo.torchvision_models()  # builds this cache's index
     code = (
-        "import sys, data.zoo as z; z.zoo_entry('convnext_tiny');"
+        "import sys, fusionplan.data.zoo as z; z.zoo_entry('convnext_tiny');"
         " z.cache_file_name('fcn_resnet50');"
         " print(len(z.torchvision_models()), 'torch' in sys.modules)"
     )

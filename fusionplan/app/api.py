@@ -19,9 +19,9 @@ from accel_model import Accelerator, parse_size
 from accel_model.description import load_accelerator, load_hardware, read_description
 from accel_model.hardware import Hardware
 from accel_model.latency import LATENCY_MODELS
-from data.zoo import model_source, resolve_model
 from fusionplan.app.dram_cost import DRAM_BUDGET  # registers the accelerator costs
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
+from fusionplan.data.zoo import model_source, resolve_model
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.lowering import lower

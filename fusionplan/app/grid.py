@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from accel_model.accelerator import format_size
-from data.shards import graph_fingerprint
 from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, sweep_graph
 from fusionplan.app.report import sweep_rows
+from fusionplan.data.shards import graph_fingerprint
 from fusionplan.engines import Engine, Job, LocalEngine, Outcome
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_atomic

@@ -21,9 +21,9 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, OpGraph
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.split import SPLITTERS, Splitter, make_splitter
-from search import SEARCHES, WORK_SEARCHES, FusionProblem, Search, make_search
-from search.certify import certify, relative_gap
-from search.effort import check_effort, check_time_cap
+from fusionplan.search import SEARCHES, WORK_SEARCHES, FusionProblem, Search, make_search
+from fusionplan.search.certify import certify, relative_gap
+from fusionplan.search.effort import check_effort, check_time_cap
 
 
 @dataclass(frozen=True, kw_only=True)

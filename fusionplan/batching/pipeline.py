@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from data.zoo import cache_root
 from fusionplan.batching.bounds import lower_bound
 from fusionplan.batching.cells import build_cells
 from fusionplan.batching.executor import (
@@ -34,6 +33,7 @@ from fusionplan.batching.graph import check_schedule
 from fusionplan.batching.layout import LAYOUTS, copy_stats
 from fusionplan.batching.policies import POLICIES, BatchingPolicy
 from fusionplan.batching.workloads import Workload, get_workload
+from fusionplan.data.zoo import cache_root
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.timing import time_interleaved
 

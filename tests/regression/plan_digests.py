@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import fusionplan as fp
-from data.zoo import zoo_names
 from explainers.checkpoints import checkpoint_name, weights_dir
+from fusionplan.data.zoo import zoo_names
 
 SEEDS = (0, 1, 2)
 SCHEMES = ("lbdf", "brr")

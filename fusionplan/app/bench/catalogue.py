@@ -1,7 +1,7 @@
 """``fusionplan bench catalogue``: every torchvision model exported, imported and planned.
 
 For each model (the paper's twelve zoo entries, then every other torchvision classification
-and segmentation model, see :mod:`data.zoo`): export into the zoo cache (or a cache hit),
+and segmentation model, see :mod:`fusionplan.data.zoo`): export into the zoo cache (or a cache hit),
 import (timed; op count, weights), the compulsory traffic, and the best DRAM of one search
 at each (scheme, buffer) point. A model that fails at some stage gets a row with a one-line
 reason instead of numbers; the bench goes on.
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from accel_model.bounds import compulsory_traffic
-from data.zoo import is_cached, torchvision_models, zoo_entry, zoo_names, zoo_path
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.render import catalogue_table, point_label
 from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.data.zoo import is_cached, torchvision_models, zoo_entry, zoo_names, zoo_path
 from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.io import write_text_atomic

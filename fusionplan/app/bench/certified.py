@@ -22,18 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data.synthetic import SYNTHETIC, certified_graphs
-from data.zoo import torchvision_models, zoo_names
 from fusionplan.app.api import load
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.data.synthetic import SYNTHETIC, certified_graphs
+from fusionplan.data.zoo import torchvision_models, zoo_names
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto
-from search.certify import DEFAULT_MAX_DOWNSETS
-from search.effort import EXACT_UNITS, effort_for_seconds
-from search.exact import count_downsets
+from fusionplan.search.certify import DEFAULT_MAX_DOWNSETS
+from fusionplan.search.effort import EXACT_UNITS, effort_for_seconds
+from fusionplan.search.exact import count_downsets
 
 MB = 2**20
 BEGIN = "<!-- fusionplan bench certified: begin (generated; edit outside these markers) -->"
@@ -46,7 +46,7 @@ Row = dict[str, Any]
 
 def certified_models() -> tuple[str, ...]:
     """The zoo's twelve, every other torchvision classification model, then the synthetic
-    random-wired and cell-stack graphs (``data.synthetic.certified_graphs``)."""
+    random-wired and cell-stack graphs (``fusionplan.data.synthetic.certified_graphs``)."""
     more = [n for n, m in torchvision_models().items() if m.task == "classification"]
     return (*zoo_names(), *more, *certified_graphs())
 

@@ -26,7 +26,6 @@ from typing import Any
 from accel_model import Accelerator, make_cost_model
 from accel_model.accelerator import parse_size
 from accel_model.io_bounds import fast_memory, io_lower_bound
-from data.zoo import load_zoo_model, zoo_names
 from fusionplan.app.bench import machine_line, per_model
 from fusionplan.app.bench.certified import publish_section
 from fusionplan.app.bench.optimus import BUFFERS as OPTIMUS_BUFFERS
@@ -34,6 +33,7 @@ from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
 from fusionplan.app.bench.optimus import run_optimus_bench
 from fusionplan.app.bench.optimus_oracle import OptimusRunner
 from fusionplan.app.bench.replay_table import replay_table
+from fusionplan.data.zoo import load_zoo_model, zoo_names
 from fusionplan.engines import Engine
 from fusionplan.ir.graph import OpGraph
 

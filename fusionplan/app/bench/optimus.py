@@ -23,7 +23,6 @@ from typing import Any
 from accel_model import Accelerator
 from accel_model.accelerator import OPTIMUS_CONVENTIONS
 from accel_model.base import CostModel
-from data.zoo import load_zoo_model
 from fusionplan.app.bench.certified import publish_section
 from fusionplan.app.bench.optimus_oracle import (
     BUFFER_KB,
@@ -32,10 +31,11 @@ from fusionplan.app.bench.optimus_oracle import (
     optimus_group,
 )
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.graph import Group, OpGraph, is_weakly_connected
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.planning.plan import Plan
-from search.effort import EXACT_UNITS, effort_for_seconds
+from fusionplan.search.effort import EXACT_UNITS, effort_for_seconds
 
 BEGIN = "<!-- fusionplan bench optimus: begin (generated; edit outside these markers) -->"
 END = "<!-- fusionplan bench optimus: end -->"

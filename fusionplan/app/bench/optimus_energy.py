@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from data.zoo import load_zoo_model
 from fusionplan.app.bench.certified import publish_section
 from fusionplan.app.bench.optimus import BUFFERS, NETWORKS, groups_of, optimus_accelerator, solve
 from fusionplan.app.bench.optimus_oracle import BUFFER_KB, OptimusRunner, layer_of_ops
+from fusionplan.data.zoo import load_zoo_model
 
 BEGIN = "<!-- fusionplan bench optimus-energy: begin (generated; edit outside these markers) -->"
 END = "<!-- fusionplan bench optimus-energy: end -->"

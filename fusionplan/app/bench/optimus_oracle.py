@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data.optimus_nets import NETWORKS
+from fusionplan.data.optimus_nets import NETWORKS
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, OpGraph, bits
 

@@ -21,11 +21,11 @@ from accel_model import Accelerator, make_cost_model
 from accel_model.base import CostModel
 from accel_model.replay import ReplayError, replay
 from accel_model.schedule import ScheduleError, build_schedule
-from data.synthetic import randwire
-from data.zoo import load_zoo_model
 from fusionplan.app.bench import machine_line, per_model
 from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.data.synthetic import randwire
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.engines import Engine
 from fusionplan.ir.graph import Group, OpGraph, bits
 from fusionplan.ir.onnx_import import graph_from_proto

@@ -22,7 +22,7 @@ from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
-from search.effort import EXACT_UNITS, effort_for_seconds
+from fusionplan.search.effort import EXACT_UNITS, effort_for_seconds
 
 MB = 2**20
 RESULTS_FILE = "runs.jsonl"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data.shards import MANIFEST
 from fusionplan.app.bench.runner import RESULTS_FILE, TIMING_FILE, ResultStore
+from fusionplan.data.shards import MANIFEST
 from fusionplan.engines.scaling import JobTiming
 from fusionplan.ir.errors import ConfigError
 

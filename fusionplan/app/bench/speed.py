@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from data.zoo import data_path, zoo_entry, zoo_path
 from fusionplan.app.api import load
 from fusionplan.app.pipeline import PlanRequest, assemble
+from fusionplan.data.zoo import data_path, zoo_entry, zoo_path
 from fusionplan.ir.onnx_import import load_model
 
 

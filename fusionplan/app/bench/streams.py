@@ -20,9 +20,9 @@ from typing import Any
 
 import onnx
 
-from data.synthetic import SYNTHETIC
-from data.zoo import model_source, zoo_names
 from fusionplan.app.bench.substitution import model_file
+from fusionplan.data.synthetic import SYNTHETIC
+from fusionplan.data.zoo import model_source, zoo_names
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.passes.streams.assign import assign_streams

@@ -27,10 +27,10 @@ from typing import Any
 
 import onnx
 
-from data.zoo import zoo_entry, zoo_path
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.catalogue import _reason
 from fusionplan.app.bench.runner import ResultStore
+from fusionplan.data.zoo import zoo_entry, zoo_path
 from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto

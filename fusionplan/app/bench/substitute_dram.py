@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from accel_model import Accelerator
-from data.zoo import zoo_entry, zoo_path
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.catalogue import _reason
 from fusionplan.app.bench.runner import ResultStore
 from fusionplan.app.dram_cost import DRAM_BUDGET, carry_over
 from fusionplan.app.pipeline import PlanRequest, plan_at_least_as_good, plan_graph
+from fusionplan.data.zoo import zoo_entry, zoo_path
 from fusionplan.engines import Engine, Job, LocalEngine
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto, load_model

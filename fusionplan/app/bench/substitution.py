@@ -21,8 +21,8 @@ from pathlib import Path
 
 import onnx
 
-from data.synthetic import SYNTHETIC
-from data.zoo import model_source
+from fusionplan.data.synthetic import SYNTHETIC
+from fusionplan.data.zoo import model_source
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.passes.substitution.measure import ort_latencies

@@ -16,7 +16,7 @@ from itertools import pairwise
 from fusionplan.app.api import load
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.ir.graph import OpGraph
-from search.effort import EXACT_UNITS, effort_for_seconds
+from fusionplan.search.effort import EXACT_UNITS, effort_for_seconds
 
 MB = 1024**2
 

@@ -1,7 +1,7 @@
 """Figure 3: the share of randomly sampled fusion groups that fit, per buffer size.
 
-The groups are a fusion-group dataset (:mod:`data.dataset`) drawn over the figure's models,
-so the figure says how often a random search's groups are valid -- why invalid groups, and
+The groups are a fusion-group dataset (:mod:`fusionplan.data.dataset`) drawn over the figure's
+models, so the figure says how often a random search's groups are valid -- why invalid groups, and
 the splitter that repairs them, dominate the search at small buffers.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data.dataset import generate_dataset
-from data.reader import load_dataset
+from fusionplan.data.dataset import generate_dataset
+from fusionplan.data.reader import load_dataset
 from fusionplan.engines import Engine, LocalEngine
 
 

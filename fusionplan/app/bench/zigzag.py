@@ -27,7 +27,7 @@ import yaml
 from accel_model import Accelerator, make_cost_model
 from accel_model.energy import FJ_PER_PJ, MetricsModel
 from accel_model.hardware import Hardware
-from data.zoo import load_zoo_model
+from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.graph import OpGraph
 
 LAYERS: tuple[tuple[str, str, str], ...] = (

@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from accel_model.accelerator import format_size, parse_size
-from data.zoo import zoo_entry, zoo_names
 from fusionplan.app.bench import BenchConfig, run_bench
 from fusionplan.app.bench.catalogue import CatalogueConfig, catalogue_models, run_catalogue
 from fusionplan.app.bench.certified import (
@@ -65,6 +64,7 @@ from fusionplan.app.cli.common import (
 from fusionplan.app.dram_cost import DRAM_BUDGET
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.batching.workloads import WORKLOADS, get_workload
+from fusionplan.data.zoo import zoo_entry, zoo_names
 from fusionplan.engines.scaling import markdown as scaling_markdown
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path

@@ -35,7 +35,7 @@ from fusionplan.ir.registry import Registry
 from fusionplan.passes import PASSES
 from fusionplan.passes.manager import PassContext, make_context, parse_option_items
 from fusionplan.planning.split import SPLITTERS
-from search import SEARCHES
+from fusionplan.search import SEARCHES
 
 
 def console(stderr: bool = False) -> Console:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from data.dataset import DEFAULT_PROCESSES, default_dataset_dir, generate_dataset
 from fusionplan.app.cli.common import EngineOptions, OutputPath, engine_options, progress_bar
+from fusionplan.data.dataset import DEFAULT_PROCESSES, default_dataset_dir, generate_dataset
 
 
 @click.group("dataset")

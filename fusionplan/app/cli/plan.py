@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from accel_model import COST_MODELS
-from data.zoo import model_source
 from fusionplan.app.cli.common import (
     EngineOptions,
     OutputPath,
@@ -24,10 +23,11 @@ from fusionplan.app.grid import Grid, grid_rows, run_grid, write_grid_plot
 from fusionplan.app.htmlreport import write_plan_html, write_sweep_html
 from fusionplan.app.pipeline import plan_graph, sweep_graph
 from fusionplan.app.report import write_sweep_csv, write_sweep_plot
+from fusionplan.data.zoo import model_source
 from fusionplan.engines import tasks_per_node
 from fusionplan.ir.errors import ConfigError
 from fusionplan.planning.plan import Plan
-from search.effort import STOP_CLOCK
+from fusionplan.search.effort import STOP_CLOCK
 
 
 @click.command("plan")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from data.zoo import resolve_model
 from fusionplan.app.cli.common import OutputPath, input_shape_option, parse_shapes
 from fusionplan.app.htmlreport import plan_label, plan_report, read_plan_file, read_sweep_csv
+from fusionplan.data.zoo import resolve_model
 from fusionplan.ir.errors import ConfigError, FusionPlanError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic

@@ -39,8 +39,8 @@ def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
     """Train the GIN validity classifier of one scheme (80/10/10 split by group)."""
     # torch and torch_geometric (seconds to import) load when training starts, not for
     # --help or a bad option
-    from data.dataset import default_dataset_dir
     from explainers.train_gin import train_gin
+    from fusionplan.data.dataset import default_dataset_dir
 
     with progress_bar(f"GIN {scheme} epochs", enabled=not quiet) as progress:
         metrics = train_gin(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from data.zoo import export_model, list_torchvision, list_zoo, torchvision_models
 from fusionplan.app.cli.common import OutputPath, print_table
+from fusionplan.data.zoo import export_model, list_torchvision, list_zoo, torchvision_models
 
 
 @click.group("zoo")

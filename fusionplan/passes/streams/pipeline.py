@@ -23,7 +23,7 @@ import onnx
 
 from accel_model.latency import LATENCY_MODELS, LatencyModel, make_latency_model
 from accel_model.latency.graph import OpLatencies
-from data.zoo import model_source
+from fusionplan.data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
 from fusionplan.ir.model import ModelGraph, split_qualified
 from fusionplan.ir.onnx_model import from_onnx, load_onnx, with_input_shapes

@@ -24,7 +24,7 @@ import onnx
 
 from accel_model import Accelerator
 from accel_model.latency import LATENCY_MODELS, LatencyModel, make_latency_model
-from data.zoo import model_source
+from fusionplan.data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
 from fusionplan.ir.io import write_atomic
 from fusionplan.ir.model import ModelGraph, qualified, split_qualified
