@@ -27,10 +27,10 @@ from typing import Any
 from accel_model.bounds import compulsory_traffic
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.render import catalogue_table, point_label
-from fusionplan.app.bench.runner import ResultStore
+from fusionplan.app.bench.runner import ResultStore, resume_rows
 from fusionplan.app.pipeline import PlanRequest, plan_graph
 from fusionplan.data.zoo import is_cached, torchvision_models, zoo_entry, zoo_names, zoo_path
-from fusionplan.engines import Engine, Job, LocalEngine
+from fusionplan.engines import Engine, LocalEngine
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import load_model
@@ -162,39 +162,24 @@ def run_catalogue(
     names = list(dict.fromkeys(zoo_entry(m).name for m in models))
     out, report_path = Path(out_dir), Path(report_path)
     store = ResultStore(out)
-
-    def done(name: str) -> bool:
-        row = store.rows.get(config.key(name))
-        return row is not None and not (retry_failed and "error" in row)
-
-    todo = [n for n in names if not done(n)]
-    reused = len(names) - len(todo)
     started = time.perf_counter()
 
-    def publish() -> list[Row]:
+    def publish(reused: int) -> list[Row]:
         rows = [store.rows[k] for n in names if (k := config.key(n)) in store.rows]
         minutes = (time.perf_counter() - started) / 60
         preamble = _preamble(config, command, len(names), len(rows), reused, minutes)
         _write_outputs(rows, config, out / CSV_FILE, report_path, preamble)
         return rows
 
+    def failed(name: str, error: str) -> Row:
+        row = {"key": config.key(name), "model": name, "dram_mb": {}}
+        return {**row, "input": zoo_entry(name).input_size, "error": error}
+
     engine = engine or LocalEngine(1, isolate=isolate)
-    if progress:
-        progress(reused, len(names))
-    finished = reused
-    with Job(engine, _measure_task, todo, shared=config, retries=retries) as job:
-        for outcome in job:
-            name = todo[outcome.index]
-            if outcome.ok:
-                store.add(outcome.value)
-            else:
-                row = {"key": config.key(name), "model": name, "dram_mb": {}}
-                store.add({**row, "input": zoo_entry(name).input_size, "error": outcome.error})
-            publish()
-            finished += 1
-            if progress:
-                progress(finished, len(names))
-    return publish()
+    return resume_rows(
+        names, config.key, _measure_task, config, store, publish, failed,
+        engine=engine, retries=retries, retry_failed=retry_failed, progress=progress,
+    )  # fmt: skip
 
 
 def _preamble(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 from fusionplan.app.api import load
 from fusionplan.app.bench.experiments import Run
 from fusionplan.app.pipeline import PlanRequest, plan_graph
-from fusionplan.engines import Engine, Job, LocalEngine
+from fusionplan.engines import Engine, Job, LocalEngine, TaskFn
 from fusionplan.ir.errors import FusionPlanError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
@@ -63,6 +63,45 @@ class ResultStore:
 
 
 _GRAPHS: dict[str, OpGraph] = {}
+
+
+def resume_rows(
+    names: Sequence[str],
+    key: Callable[[str], str],
+    task: TaskFn,
+    shared: Any,
+    store: ResultStore,
+    publish: Callable[[int], list[dict[str, Any]]],
+    failed: Callable[[str, str], dict[str, Any]],
+    *,
+    engine: Engine,
+    retries: int = 0,
+    retry_failed: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """A per-model bench that resumes: ``task(name, shared)`` on ``engine`` for each of
+    ``names`` without a row in ``store`` (or with a failed one, under ``retry_failed``); each
+    row (``failed(name, error)`` for a task that raised) is stored and ``publish(reused)``
+    rewrites the bench's outputs after every model, so an interruption loses one model's
+    work. Returns the final ``publish``."""
+
+    def done(name: str) -> bool:
+        row = store.rows.get(key(name))
+        return row is not None and not (retry_failed and "error" in row)
+
+    todo = [n for n in names if not done(n)]
+    reused = finished = len(names) - len(todo)
+    if progress:
+        progress(reused, len(names))
+    with Job(engine, task, todo, shared=shared, retries=retries) as job:
+        for outcome in job:
+            name = todo[outcome.index]
+            store.add(outcome.value if outcome.ok else failed(name, outcome.error))
+            publish(reused)
+            finished += 1
+            if progress:
+                progress(finished, len(names))
+    return publish(reused)
 
 
 def _graph(model: str) -> OpGraph:

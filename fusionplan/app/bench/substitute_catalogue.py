@@ -29,9 +29,9 @@ import onnx
 
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.catalogue import _reason
-from fusionplan.app.bench.runner import ResultStore
+from fusionplan.app.bench.runner import ResultStore, resume_rows
 from fusionplan.data.zoo import zoo_entry, zoo_path
-from fusionplan.engines import Engine, Job, LocalEngine
+from fusionplan.engines import Engine, LocalEngine
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.passes.substitution.pipeline import (
@@ -119,16 +119,9 @@ def run_substitute_catalogue(
     names = list(dict.fromkeys(zoo_entry(m).name for m in models))  # unknown names fail now
     out, report_path = Path(out_dir), Path(report_path)
     store = ResultStore(out)
-
-    def done(name: str) -> bool:
-        row = store.rows.get(config.key(name))
-        return row is not None and not (retry_failed and "error" in row)
-
-    todo = [n for n in names if not done(n)]
-    reused = len(names) - len(todo)
     started = time.perf_counter()
 
-    def publish() -> list[Row]:
+    def publish(reused: int) -> list[Row]:
         rows = [store.rows[k] for n in names if (k := config.key(n)) in store.rows]
         minutes = (time.perf_counter() - started) / 60
         section = f"{_preamble(config, command, len(names), len(rows), reused, minutes)}\n\n"
@@ -136,22 +129,14 @@ def run_substitute_catalogue(
         write_text_atomic(report_path, splice(report_path, section, begin=BEGIN, end=END))
         return rows
 
-    engine = engine or LocalEngine(1, isolate=True)
-    if progress:
-        progress(reused, len(names))
-    finished = reused
-    with Job(engine, _measure_task, todo, shared=config) as job:
-        for outcome in job:
-            name = todo[outcome.index]
-            if outcome.ok:
-                store.add(outcome.value)
-            else:
-                store.add({"key": config.key(name), "model": name, "error": outcome.error})
-            publish()
-            finished += 1
-            if progress:
-                progress(finished, len(names))
-    return publish()
+    def failed(name: str, error: str) -> Row:
+        return {"key": config.key(name), "model": name, "error": error}
+
+    return resume_rows(
+        names, config.key, _measure_task, config, store, publish, failed,
+        engine=engine or LocalEngine(1, isolate=True), retry_failed=retry_failed,
+        progress=progress,
+    )  # fmt: skip
 
 
 def _preamble(

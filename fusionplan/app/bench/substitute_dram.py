@@ -23,11 +23,11 @@ from typing import Any
 from accel_model import Accelerator
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.catalogue import _reason
-from fusionplan.app.bench.runner import ResultStore
+from fusionplan.app.bench.runner import ResultStore, resume_rows
 from fusionplan.app.dram_cost import DRAM_BUDGET, carry_over
 from fusionplan.app.pipeline import PlanRequest, plan_at_least_as_good, plan_graph
 from fusionplan.data.zoo import zoo_entry, zoo_path
-from fusionplan.engines import Engine, Job, LocalEngine
+from fusionplan.engines import Engine, LocalEngine
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto, load_model
 from fusionplan.ir.onnx_model import load_onnx
@@ -133,10 +133,9 @@ def run_bench(
     names = list(dict.fromkeys(zoo_entry(m).name for m in models))
     out, report_path = Path(out_dir), Path(report_path)
     store = ResultStore(out)
-    todo = [n for n in names if config.key(n) not in store.rows]
     started = time.perf_counter()
 
-    def publish() -> list[Row]:
+    def publish(reused: int) -> list[Row]:
         rows = [store.rows[k] for n in names if (k := config.key(n)) in store.rows]
         minutes = (time.perf_counter() - started) / 60
         section = f"{preamble(config, command, len(names), len(rows), minutes)}\n\n"
@@ -144,18 +143,13 @@ def run_bench(
         write_text_atomic(report_path, splice(report_path, section, begin=BEGIN, end=END))
         return rows
 
-    engine = engine or LocalEngine(1, isolate=True)
-    finished = len(names) - len(todo)
-    with Job(engine, _measure_task, todo, shared=config) as job:
-        for outcome in job:
-            name = todo[outcome.index]
-            row = outcome.value if outcome.ok else {"model": name, "error": outcome.error}
-            store.add({**row, "key": config.key(name)})
-            publish()
-            finished += 1
-            if progress:
-                progress(finished, len(names))
-    return publish()
+    def failed(name: str, error: str) -> Row:
+        return {"key": config.key(name), "model": name, "error": error}
+
+    return resume_rows(
+        names, config.key, _measure_task, config, store, publish, failed,
+        engine=engine or LocalEngine(1, isolate=True), progress=progress,
+    )  # fmt: skip
 
 
 def preamble(config: DramBenchConfig, command: str, total: int, done: int, minutes: float) -> str:
