@@ -106,6 +106,25 @@ def save(model: onnx.ModelProto, directory: Path, name: str = "model") -> Path:
 
 
 # ------------------------------------------------------------------- cost-model graphs
+def constant_output() -> onnx.ModelProto:
+    """x -> Relu -> r, and r's Shape as a second graph output: an output whose value is a
+    constant of static shapes (folding must keep it computed)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "const_out",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 2]),
+            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def conv_chain() -> onnx.ModelProto:
     """x(1,4,8,8) -> conv1 3x3 4->4 -> relu -> conv2 3x3 4->8 -> y(1,8,8,8).
 

@@ -14,6 +14,7 @@ from fusionplan.ir.lowering import lower
 from fusionplan.ir.model import ModelGraph, ModelNode, TensorInfo, Weight, make_attrs
 from fusionplan.ir.onnx_model import from_onnx, read_onnx, to_onnx
 from fusionplan.ir.onnx_run import check_equivalence
+from tests.onnx_builders import constant_output
 
 RNG = np.random.default_rng(0)
 
@@ -100,20 +101,7 @@ def test_the_importer_folds_a_static_shape_chain_into_one_weight() -> None:
 
 def test_a_constant_graph_output_stays_computed() -> None:
     """Folding never turns the model's interface into an initializer."""
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("Shape", ["r"], ["s"], name="shape"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "const_out",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
-        [
-            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 2]),
-            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
-        ],
-    )
-    g = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    g = from_onnx(constant_output())
     assert list(g.nodes) == ["relu", "shape"] and not g.weights
 
 

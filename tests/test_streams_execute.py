@@ -35,6 +35,7 @@ from fusionplan.passes.streams.pipeline import (
     schedule_streams,
 )
 from fusionplan.passes.streams.program import TorchProgram, check_schedulable
+from tests.onnx_builders import constant_output
 
 torch = pytest.importorskip("torch")
 
@@ -198,22 +199,8 @@ def test_the_imported_graph_has_no_shape_chain_and_keeps_the_outputs(build):
 
 
 def test_a_constant_graph_output_is_refused():
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("Shape", ["r"], ["s"], name="shape"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "const_out",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
-        [
-            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 2]),
-            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ConfigError, match="graph output is a constant"):
-        check_schedulable(from_onnx(model))
+        check_schedulable(from_onnx(constant_output()))
 
 
 # ----------------------------------------------------------------------------- program
