@@ -138,7 +138,7 @@ def test_cache_dir_and_file_name(cache, monkeypatch):
 
 
 def test_import_is_light():
-    """``import data.zoo`` and ``list_zoo()`` must not pull in torch (CLI start-up time)."""
+    """``import fusionplan.data.zoo`` and ``list_zoo()`` must not pull in torch (CLI start-up time)."""
     code = "import sys, fusionplan.data.zoo as z; z.list_zoo(); print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
@@ -441,7 +441,7 @@ def test_names_resolve_without_torch_once_indexed(cache):
 def test_concurrent_exports_do_not_corrupt_the_cache(tmp_path):
     """Two processes racing to fill an empty cache both succeed and leave one valid model."""
     env = {**os.environ, zoo.CACHE_ENV: str(tmp_path)}
-    code = "import data.zoo as z; print(len(z.load_zoo_model('squeezenet')))"
+    code = "import fusionplan.data.zoo as z; print(len(z.load_zoo_model('squeezenet')))"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True

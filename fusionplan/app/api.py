@@ -19,7 +19,7 @@ from accel_model import Accelerator, parse_size
 from accel_model.description import load_accelerator, load_hardware, read_description
 from accel_model.hardware import Hardware
 from accel_model.latency import LATENCY_MODELS
-from fusionplan.app.dram_cost import DRAM_BUDGET  # registers the accelerator costs
+from fusionplan.app import dram_cost  # noqa: F401 (registers the accelerator costs)
 from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
 from fusionplan.data.zoo import model_source, resolve_model
 from fusionplan.ir.errors import ConfigError
@@ -52,7 +52,6 @@ from fusionplan.passes.substitution.pipeline import (
 )
 from fusionplan.passes.substitution.pipeline import substitute as run_substitution
 from fusionplan.passes.substitution.search import REWRITE_SEARCHES
-from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 from fusionplan.planning.plan import Plan
 from fusionplan.planning.result import PassRecord
@@ -140,8 +139,10 @@ def plan(
             accelerator = replace(accelerator, buffer_bytes=parse_size(buffer))
         request = request.on(accelerator)
     request.check()  # reject bad settings before a possibly slow model export
-    context = make_context(PASSES, prepass, file=file, given=("pass_options", pass_options),
-                           accelerator=request.accelerator())  # fmt: skip
+    context = make_context(
+        PASSES, prepass, file=file, given=("pass_options", pass_options),
+        accelerator=request.accelerator(), plan_effort=request.effort,
+    )  # fmt: skip
     records: tuple[PassRecord, ...] = ()
     if prepass:
         if isinstance(model, OpGraph):
@@ -173,7 +174,7 @@ def substitute(
     buffer: str | int | None = None,
     scheme: str = "lbdf",
     accelerator: Accelerator | str | os.PathLike | None = None,
-    plan_effort: float = 1.0,
+    plan_effort: float | None = None,
 ) -> SubstitutionResult:
     """Rewrite ``model`` (ONNX path, zoo name or ModelProto) into a cheaper equivalent graph
     under an op-latency model; ``result.model`` is the ONNX, ``result.report`` what changed.
@@ -185,10 +186,11 @@ def substitute(
     accelerator (``buffer``, ``scheme``, or a description file / :class:`Accelerator` as in
     :func:`plan`) at ``plan_effort``, and keeps the original unless a rewrite's plan takes
     less DRAM; ``"dram-exact"`` plans every candidate with the exact search (the joint mode).
-    Search and budget default to metaflow and 5000 graphs, or taso and 40 for a DRAM cost."""
+    Search and budget default to metaflow and 5000 graphs, or taso and 40 plans for a DRAM
+    cost (:meth:`SubstitutionRequest.resolved`); ``plan_effort`` to 1."""
     planned = cost in ACCELERATOR_COSTS.names()
-    search = search or ("taso" if planned else "metaflow")
-    REWRITE_SEARCHES.check(search)
+    if search is not None:
+        REWRITE_SEARCHES.check(search)
     LATENCY_MODELS.check(device)
     on = None
     if planned:
@@ -200,7 +202,7 @@ def substitute(
         search=search,
         cost=cost,
         device=device,
-        budget=budget or (DRAM_BUDGET if planned else DEFAULT_BUDGET),
+        budget=budget,
         depth=depth,
         rules=list(rules) if rules is not None else None,
         measure=measure,

@@ -60,9 +60,6 @@ from fusionplan.planning.plan import Plan
 FINALISTS = 3
 """Graphs besides the original that :func:`choose` re-plans with the full request."""
 
-DRAM_BUDGET = 40
-"""Candidate graphs a DRAM search builds by default (each is a plan: ~0.5 s on Inception-v3)."""
-
 DRAM_ALPHA = 1.25
 """TASO's slack for the DRAM cost: a graph up to a quarter dearer than the best is still
 expanded, as an enlarged kernel (9x a 1x1's weights) pays only through the merge or the

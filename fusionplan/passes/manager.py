@@ -124,6 +124,8 @@ class PassContext:
     options: Mapping[str, Any]
     device: str | None = None
     accelerator: Accelerator | None = None
+    plan_effort: float | None = None
+    """The planner's effort of the plan the passes serve (None outside ``plan``)."""
     results: tuple[PassResult, ...] = ()
     artifacts: Mapping[str, Artifact] = field(default_factory=dict)
     """Fact -> the latest artifact of the passes so far that is still true of the graph."""
@@ -205,6 +207,7 @@ def make_context(
     file: OptionSource | None = None,
     given: OptionSource | None = None,
     accelerator: Accelerator | None = None,
+    plan_effort: float | None = None,
 ) -> PassContext:
     """A checked :class:`PassContext` for the named passes, their options from the
     accelerator ``file`` (its ``passes:`` section) and, winning over it, the ones ``given``
@@ -243,7 +246,7 @@ def make_context(
     for name in dict.fromkeys((*names, *values)):
         cls = registry.get(name)
         options[name] = build_options(name, cls.Options, values.get(name, {}), device)
-    return PassContext(names, options, device[1] if device else None, accelerator)
+    return PassContext(names, options, device[1] if device else None, accelerator, plan_effort)
 
 
 def build_options(

@@ -24,14 +24,14 @@ from accel_model import Accelerator
 from fusionplan.app.bench import machine_line, splice
 from fusionplan.app.bench.catalogue import _reason
 from fusionplan.app.bench.runner import ResultStore, resume_rows
-from fusionplan.app.dram_cost import DRAM_BUDGET, carry_over
+from fusionplan.app.dram_cost import carry_over
 from fusionplan.app.pipeline import PlanRequest, plan_at_least_as_good, plan_graph
 from fusionplan.data.zoo import zoo_entry, zoo_path
 from fusionplan.engines import Engine, LocalEngine
 from fusionplan.ir.io import write_text_atomic
 from fusionplan.ir.onnx_import import graph_from_proto, load_model
 from fusionplan.ir.onnx_model import load_onnx
-from fusionplan.passes.substitution.pipeline import SubstitutionRequest, substitute
+from fusionplan.passes.substitution.pipeline import PLANNED_BUDGET, SubstitutionRequest, substitute
 
 MB = 2**20
 BEGIN = "<!-- fusionplan bench substitute-dram: begin (generated; edit outside these markers) -->"
@@ -49,7 +49,7 @@ class DramBenchConfig:
     bytes_per_element: int = 1
     effort: float = 0.25
     search: str = "taso"
-    budget: int = DRAM_BUDGET
+    budget: int = PLANNED_BUDGET
 
     def plan_request(self) -> PlanRequest:
         """``fusionplan plan --buffer B --scheme S --bytes-per-element N --effort E``."""

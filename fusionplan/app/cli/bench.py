@@ -61,13 +61,13 @@ from fusionplan.app.cli.common import (
     progress_bar,
     scheme_option,
 )
-from fusionplan.app.dram_cost import DRAM_BUDGET
 from fusionplan.app.pipeline import PlanRequest
 from fusionplan.batching.workloads import WORKLOADS, get_workload
 from fusionplan.data.zoo import zoo_entry, zoo_names
 from fusionplan.engines.scaling import markdown as scaling_markdown
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import check_output_path
+from fusionplan.passes.substitution.pipeline import PLANNED_BUDGET
 from fusionplan.passes.substitution.search import REWRITE_SEARCHES
 from fusionplan.passes.substitution.search.base import (
     DEFAULT_BUDGET as DEFAULT_SUBSTITUTION_BUDGET,
@@ -459,7 +459,7 @@ def bench_substitute(models, searches, depths, budget, repeats, out_dir) -> None
 )
 @click.option("--search", "search_name", default="taso", show_default=True)
 @click.option(
-    "--budget", type=click.IntRange(min=1), default=DRAM_BUDGET, show_default=True,
+    "--budget", type=click.IntRange(min=1), default=PLANNED_BUDGET, show_default=True,
     help="Candidate graphs of the DRAM search.",
 )  # fmt: skip
 @click.option(

@@ -229,7 +229,7 @@ class PlanOptions:
         file = accelerator_passes(self.accelerator) if self.accelerator else None
         given = ("--pass-option", parse_option_items(self.pass_option))
         return make_context(PASSES, self.prepass, file=file, given=given,
-                            accelerator=accelerator)  # fmt: skip
+                            accelerator=accelerator, plan_effort=self.effort)  # fmt: skip
 
     @functools.cached_property
     def file_settings(self) -> dict[str, Any]:

@@ -16,10 +16,14 @@ from fusionplan.app.cli.common import (
     parse_shapes,
     progress_bar,
 )
-from fusionplan.app.dram_cost import DRAM_BUDGET
 from fusionplan.passes.substitution.cost import COST_KINDS
 from fusionplan.passes.substitution.measures import MEASURES
-from fusionplan.passes.substitution.pipeline import ACCELERATOR_COSTS, TARGETS
+from fusionplan.passes.substitution.pipeline import (
+    ACCELERATOR_COSTS,
+    PLANNED_BUDGET,
+    TARGETS,
+    SubstitutionRequest,
+)
 from fusionplan.passes.substitution.rules import RULES
 from fusionplan.passes.substitution.search import REWRITE_SEARCHES
 from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
@@ -73,7 +77,7 @@ from fusionplan.passes.substitution.search.ocggs import DEFAULT_DEPTH
 @click.option(
     "--budget",
     type=click.IntRange(min=1),
-    help=f"Candidate graphs the search may build (default {DEFAULT_BUDGET}; {DRAM_BUDGET} "
+    help=f"Candidate graphs the search may build (default {DEFAULT_BUDGET}; {PLANNED_BUDGET} "
     "with a DRAM cost, each one a plan).",
 )
 @click.option(
@@ -146,8 +150,8 @@ def substitute_cmd(
     planned = cost in ACCELERATOR_COSTS.names()
     if not planned and (buffer or accelerator):
         raise click.UsageError("--buffer and --accelerator apply to --cost dram or dram-exact")
-    search = search or ("taso" if planned else "metaflow")
-    budget = budget or (DRAM_BUDGET if planned else DEFAULT_BUDGET)
+    defaults = SubstitutionRequest(search=search, cost=cost, budget=budget).resolved()
+    search, budget = defaults.search, defaults.budget
     with progress_bar(f"{search} on {model}", budget, not quiet) as bar:
         done = 0
 

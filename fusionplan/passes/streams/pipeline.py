@@ -173,14 +173,6 @@ class StreamsResult:
             bound_s=sim.bound,
         )
 
-    def stream_map(self) -> dict[str, Any]:
-        """Node name -> stream, and the events as node-name pairs (the pass's metadata)."""
-        names = self.dag.names
-        return {
-            "streams": {names[v]: s for v, s in enumerate(self.assignment.stream_of)},
-            "events": [[names[u], names[v]] for u, v in self.assignment.events],
-        }
-
     def trace(self) -> dict[str, Any]:
         """Chrome/Perfetto trace: the simulated schedule, and the measured CPU run if any."""
         timelines = [

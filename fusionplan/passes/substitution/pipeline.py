@@ -28,7 +28,14 @@ from fusionplan.data.zoo import model_source
 from fusionplan.ir.errors import ConfigError, ModelError
 from fusionplan.ir.io import write_atomic
 from fusionplan.ir.model import ModelGraph, qualified, split_qualified
-from fusionplan.ir.onnx_model import OnnxWriter, from_onnx, load_onnx, to_onnx, with_input_shapes
+from fusionplan.ir.onnx_model import (
+    OnnxWriter,
+    from_onnx,
+    load_onnx,
+    standard_graph,
+    to_onnx,
+    with_input_shapes,
+)
 from fusionplan.ir.onnx_run import Equivalence, check_equivalence, run_model
 from fusionplan.ir.registry import Registry
 from fusionplan.passes.manager import (
@@ -60,6 +67,9 @@ TARGETS: tuple[Target, ...] = ("onnx", "onnxruntime")
 onnxruntime's contrib ops too (``com.microsoft.FusedConv``, ``FusedGemm``)."""
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 """ONNX's own operator sets: every ONNX runtime implements them."""
+PLANNED_BUDGET = 40
+"""Candidate graphs a search under an accelerator cost builds by default: each is a plan
+(~0.5 s on Inception-v3)."""
 MEASURED_REPEATS = 20
 MEASURED_BASELINE = (
     "the original model in onnxruntime on this CPU with ORT_ENABLE_ALL, 1 thread, "
@@ -71,10 +81,10 @@ MEASURED_BASELINE = (
 class SubstitutionRequest:
     """What to search with; every name is checked against its registry."""
 
-    search: str = "metaflow"
+    search: str | None = None  # metaflow; taso under an accelerator cost
     cost: str = "sum"  # a CostKind (op latency) or an ACCELERATOR_COSTS name ("dram")
     device: str = "h100"
-    budget: int = DEFAULT_BUDGET
+    budget: int | None = None  # DEFAULT_BUDGET graphs; PLANNED_BUDGET under an accelerator cost
     depth: int = DEFAULT_DEPTH  # K, for the exact OCGGS searches
     rules: Sequence[str] | None = None  # all registered rules by default
     measure: str | None = None  # AutoGraph: time the top-k here, "ort" or "streams"
@@ -86,7 +96,30 @@ class SubstitutionRequest:
     # default) and the planner's effort there: give the plan's own, and the pass never
     # returns a graph whose plan takes more DRAM than the original's
     accelerator: Accelerator | None = None
-    plan_effort: float = 1.0
+    plan_effort: float | None = None  # None: the plan's own (1.0 outside ``plan``)
+
+    @property
+    def planned(self) -> bool:
+        """Whether the cost plans each candidate on an accelerator (``dram``)."""
+        return self.cost in ACCELERATOR_COSTS.names()
+
+    def resolved(self) -> SubstitutionRequest:
+        """This request with the defaults that depend on the cost filled in: metaflow over
+        :data:`DEFAULT_BUDGET` graphs for a latency cost; for an accelerator cost, where each
+        candidate is a plan, taso over :data:`PLANNED_BUDGET` at effort 1."""
+        planned = self.planned
+        return replace(
+            self,
+            search=self.search or ("taso" if planned else "metaflow"),
+            budget=self.budget or (PLANNED_BUDGET if planned else DEFAULT_BUDGET),
+            plan_effort=1.0 if self.plan_effort is None else self.plan_effort,
+        )
+
+    def cost_conflict(self) -> str | None:
+        """Why the other fields do not go with an accelerator cost, if they do not."""
+        if self.planned and (self.rules is not None or self.guard or self.measure is not None):
+            return f"cost {self.cost} picks its own rules; no guard, no measure"
+        return None
 
 
 AcceleratorSearch = Callable[
@@ -148,14 +181,14 @@ class SubstitutionReport:
 
     @property
     def dram_reduction(self) -> float | None:
-        """DRAM of the original's plan over the chosen graph's on the accelerator (an
-        accelerator cost such as ``dram``); None under a latency cost."""
+        """DRAM of the original's plan over the chosen graph's on the accelerator, both
+        planned alone as ``fusionplan plan`` plans them (an accelerator cost such as
+        ``dram``); None under a latency cost."""
         a = self.accelerator
         if a is None:
             return None
-        return a["dram_before"] / a["dram_after"] if a["dram_after"] else 1.0
-        chosen = getattr(self.before, self.cost_kind), getattr(self.after, self.cost_kind)
-        return chosen[0] / chosen[1] if chosen[1] else 1.0
+        after = a["dram_after_cold"]
+        return a["dram_before"] / after if after else 1.0
 
     @property
     def speedup_measured(self) -> float | None:
@@ -170,7 +203,7 @@ class SubstitutionReport:
         if self.accelerator is not None:
             a, mb = self.accelerator, 2**20
             return (
-                f"DRAM {a['dram_before'] / mb:.3f} MB -> {a['dram_after'] / mb:.3f} MB "
+                f"DRAM {a['dram_before'] / mb:.3f} MB -> {a['dram_after_cold'] / mb:.3f} MB "
                 f"({self.dram_reduction:.3f}x less)"
             )
         estimate = f"estimated on {self.estimate_basis}: {self.speedup_estimated:.2f}x"
@@ -289,18 +322,20 @@ def substitute(
     model = with_input_shapes(model, input_shapes)
     if request.target not in TARGETS:
         raise ConfigError(f"unknown target '{request.target}' (choose from {', '.join(TARGETS)})")
+    request = request.resolved()
+    conflict = request.cost_conflict()
+    if conflict:
+        raise ConfigError(conflict)
     run_model(model)  # fail now, in one line, on a model onnxruntime cannot run
     write = writer(request.target)
     search = _make_search(request, write)
     latency = latency or make_latency_model(request.device)
-    planned = request.cost in ACCELERATOR_COSTS.names()
+    planned = request.planned
     cost = GraphCost(latency, "sum" if planned else request.cost)  # type: ignore[arg-type]
     if graph is None:
         graph = from_onnx(model, command="substitute")
     accelerator = None
     if planned:
-        if request.rules is not None or request.guard or request.measure is not None:
-            raise ConfigError(f"--cost {request.cost} picks its own rules; no guard, no measure")
         on_accelerator = ACCELERATOR_COSTS.get(request.cost)
         result, accelerator = on_accelerator(model, graph, search, request, progress)
         if not result.best.steps:  # no rewrite pays: the original model, as it came
@@ -368,20 +403,25 @@ class SubstitutionOptions(SubstitutionRequest):
     """The ``substitute`` pass's options: :class:`SubstitutionRequest`'s fields, checked."""
 
     def check(self) -> None:
-        check_choice(REWRITE_SEARCHES, "search", self.search)
+        if self.search is not None:
+            check_choice(REWRITE_SEARCHES, "search", self.search)
         check_choice(LATENCY_MODELS, "device", self.device)
         for rule in self.rules or ():
             check_choice(RULES, "rules", rule)
         for option in ("budget", "depth"):
-            if getattr(self, option) < 1:
-                raise OptionError(option, f"must be at least 1, got {getattr(self, option)}")
+            value = getattr(self, option)
+            if value is not None and value < 1:
+                raise OptionError(option, f"must be at least 1, got {value}")
         if not self.tolerance > 0:
             raise OptionError("tolerance", f"must be above 0, got {self.tolerance}")
         costs = (*COST_KINDS, *ACCELERATOR_COSTS.names())
         if self.cost not in costs:
             raise OptionError("cost", f"{self.cost!r} is not one of {', '.join(costs)}")
-        if not self.plan_effort > 0:
+        if self.plan_effort is not None and not self.plan_effort > 0:
             raise OptionError("plan_effort", f"must be above 0, got {self.plan_effort}")
+        conflict = self.cost_conflict()
+        if conflict:
+            raise OptionError("cost", conflict)
         if self.target not in TARGETS:
             raise OptionError("target", f"{self.target!r} is not one of {', '.join(TARGETS)}")
         if self.measure is not None:
@@ -402,17 +442,24 @@ class SubstitutionPass(ModelPass):
 
     def run(self, graph: ModelGraph, context: PassContext) -> PassResult:
         options = self.options
-        if options.cost in ACCELERATOR_COSTS.names() and options.accelerator is None:
-            if context.accelerator is None:
-                raise ConfigError(f"--cost {options.cost} plans on an accelerator: none given")
-            options = replace(options, accelerator=context.accelerator)  # the plan's own
+        if options.planned:  # plan the candidates as the plan this pass serves is made
+            if options.accelerator is None and context.accelerator is None:
+                raise ConfigError(f"cost {options.cost} plans on an accelerator: none given")
+            options = replace(
+                options,
+                accelerator=options.accelerator or context.accelerator,
+                plan_effort=options.plan_effort or context.plan_effort,
+            )
         result = substitute(graph, options, name=graph.name)
         r = result.report
         line = (
             f"{sum(r.ops_before.values())} -> {sum(r.ops_after.values())} ops, "
             f"{r.headline()} ({r.cost_kind} cost, {r.search}, {len(r.steps)} substitutions)"
         )
-        return PassResult(result.graph, bool(r.steps), r, line)
+        # the next stage reads the graph as written: standard ops unless the target allows
+        # onnxruntime's (a stream schedule of FusedConv would not match the planned graph)
+        out = standard_graph(result.graph) if options.target == "onnx" else result.graph
+        return PassResult(out, bool(r.steps), r, line)
 
 
 def _make_search(request: SubstitutionRequest, write: OnnxWriter):
