@@ -37,8 +37,8 @@ Cache files are keyed by model name, input size, torch and torchvision versions 
 :data:`ZOO_FORMAT_VERSION`, and are published with atomic renames (data file first, then the
 graph), so concurrent processes never see a half-written or weightless model.
 
-``torch``/``torchvision`` are imported inside functions: ``import fusionplan.data.zoo``, ``list_zoo()``
-and, once the index exists, resolving any name stay fast.
+``torch``/``torchvision`` are imported inside functions: ``import fusionplan.data.zoo``,
+``list_zoo()`` and, once the index exists, resolving any name stay fast.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Where the exact search cannot finish, its A* still solves small subproblems quickly. LNS
 frees a *window* of the incumbent, a run of consecutive groups (in the order they execute),
-keeps every other group as it is (an atom of :class:`~fusionplan.search.exact.ExactSolver`, run as soon
-as it is ready), and solves the freed ops exactly, with the incumbent as the first upper
+keeps every other group as it is (an atom of :class:`~fusionplan.search.exact.ExactSolver`, run as
+soon as it is ready), and solves the freed ops exactly, with the incumbent as the first upper
 bound. The result is the best plan that differs from the incumbent only inside the window,
 so it is never worse. A window grows group by group while its ops have at most ``states``
 down-sets (the subproblem's state count); windows slide by half their length from the

@@ -138,7 +138,8 @@ def test_cache_dir_and_file_name(cache, monkeypatch):
 
 
 def test_import_is_light():
-    """``import fusionplan.data.zoo`` and ``list_zoo()`` must not pull in torch (CLI start-up time)."""
+    """``import fusionplan.data.zoo`` and ``list_zoo()`` must not pull in torch (CLI start-up
+    time)."""
     code = "import sys, fusionplan.data.zoo as z; z.list_zoo(); print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
