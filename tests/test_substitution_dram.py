@@ -24,14 +24,19 @@ from fusionplan.app.dram_cost import (
     search_dram,
 )
 from fusionplan.app.pipeline import PlanRequest, plan_graph
+from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.ir.onnx_model import from_onnx
+from fusionplan.passes import PASSES
+from fusionplan.passes.manager import make_context
 from fusionplan.passes.substitution.pipeline import (
+    PLANNED_BUDGET,
     SubstitutionRequest,
     substitute,
 )
 from fusionplan.passes.substitution.rules import RULES, make_rules
 from fusionplan.passes.substitution.search import Backtracking
+from fusionplan.passes.substitution.search.base import DEFAULT_BUDGET
 from tests.onnx_builders import save
 from tests.substitution_models import apply_everywhere, inception_block, model, weight
 
@@ -276,3 +281,17 @@ def test_prepass_takes_the_dram_cost_and_the_plans_accelerator(tmp_path) -> None
     assert record.report["accelerator"]["dram_after"] == planned.metrics.dram_bytes == 8448
     alone = plan_graph(graph_from_proto(conv_mul(), name="test"), PlanRequest(buffer="1KB"))
     assert alone.metrics.dram_bytes > 8448
+
+
+def test_defaults_follow_the_cost_and_conflicts_fail_before_a_model_loads() -> None:
+    """A latency cost searches 5000 graphs with metaflow; a DRAM cost, where each candidate
+    is a plan, 40 with taso at effort 1 (the plan's own effort inside ``plan``); a DRAM cost
+    with hand-picked rules, the guard or a measure is refused as an option."""
+    latency = SubstitutionRequest().resolved()
+    assert (latency.search, latency.budget) == ("metaflow", DEFAULT_BUDGET)
+    dram = SubstitutionRequest(cost="dram").resolved()
+    assert (dram.search, dram.budget, dram.plan_effort) == ("taso", PLANNED_BUDGET, 1.0)
+    assert SubstitutionRequest(cost="dram", budget=7).resolved().budget == 7
+    given = ("api", {"substitute": {"cost": "dram", "guard": True}})
+    with pytest.raises(ConfigError, match="picks its own rules"):
+        make_context(PASSES, ["substitute"], given=given)
