@@ -14,8 +14,8 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import fusionplan as fp
-from fusionplan.ir.errors import ConfigError
-from fusionplan.ir.onnx_model import to_onnx
+from fusionplan.ir.errors import ConfigError, ModelError
+from fusionplan.ir.onnx_model import from_onnx, to_onnx
 from fusionplan.ir.onnx_run import check_equivalence, max_relative_error, run_model
 from fusionplan.passes.substitution.pipeline import SubstitutionRequest, substitute
 from tests.onnx_builders import save
@@ -202,3 +202,25 @@ def test_contrib_ops_of_the_original_are_expanded_or_named() -> None:
     assert "standard ONNX ops, but com.microsoft.Gelu of the original has no standard form" in (
         r.summary()
     )
+
+
+def test_a_fused_op_whose_activation_has_no_standard_form_is_refused() -> None:
+    """A FusedConv from the original model clipping at [0, 6]: standard ONNX's Clip takes its
+    bounds as inputs, so writing it without them would change what the model computes."""
+    conv = helper.make_node(
+        "FusedConv", ["x", "w"], ["y"], domain="com.microsoft",
+        activation="Clip", activation_params=[0.0, 6.0],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [conv],
+        "clipped",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [weight("w", 4, 3, 1, 1)],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    m = helper.make_model(graph, opset_imports=opsets)
+    g = from_onnx(m)
+    assert to_onnx(g).graph.node[0].op_type == "FusedConv"  # target onnxruntime: kept
+    with pytest.raises(ModelError, match="activation Clip has no standard-op form"):
+        to_onnx(g, standard_ops=True)

@@ -447,6 +447,8 @@ def standard_graph(g: ModelGraph) -> ModelGraph:
 
 
 FUSED_CONTRIB = frozenset({f"{MS_DOMAIN}.FusedConv", f"{MS_DOMAIN}.FusedGemm"})
+STANDARD_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh", "LeakyRelu")
+"""The fused ops' activations written as a standard op with at most LeakyRelu's slope."""
 """onnxruntime's fused ops the substitution rules write; each has a standard form."""
 
 
@@ -460,6 +462,13 @@ def _standard(node: ModelNode) -> Iterator[ModelNode]:
         conv = node.op.endswith("FusedConv")
         act = node.attr("activation")
         params = node.attr("activation_params") or ()
+        if act and act not in STANDARD_ACTIVATIONS:
+            # Clip's bounds are inputs in standard ONNX, HardSigmoid has two parameters:
+            # written without them, the model would compute something else
+            raise ModelError(
+                f"{node.name}: {node.op} with activation {act} has no standard-op form here "
+                f"(only {', '.join(STANDARD_ACTIVATIONS)}); use --target onnxruntime"
+            )
         alpha = params[0] if params else node.attr("activation_alpha")
         attrs = node.with_attrs(activation=None, activation_params=None, activation_alpha=None)
         ins, out = node.inputs, node.outputs[0]

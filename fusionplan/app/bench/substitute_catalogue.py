@@ -1,5 +1,6 @@
 """``fusionplan bench substitute-catalogue``: every zoo and catalogue model through the
-``substitute`` pre-pass, as ``plan --prepass substitute`` runs it.
+``substitute`` search (its defaults, on the ONNX file, the written model checked and
+imported into the planner).
 
 For each model (the catalogue's order: the paper's zoo first, then every other torchvision
 model): export into the zoo cache (or a cache hit), run the pre-pass (the search, the
