@@ -314,6 +314,8 @@ def substitute(
     result keeps them."""
     graph = model if isinstance(model, ModelGraph) else None
     if graph is not None:
+        if input_shapes:
+            raise ConfigError("input shapes are fixed when a model is imported, not on its IR")
         model = to_onnx(graph)  # what onnxruntime runs and the result is checked against
     elif not isinstance(model, onnx.ModelProto):
         path = model_source(model)
