@@ -14,6 +14,8 @@ from onnx import helper
 
 import fusionplan as fp
 from accel_model import Accelerator
+from fusionplan.app.bench.substitute_dram import markdown as bench_markdown
+from fusionplan.app.bench.substitute_dram import summary as bench_summary
 from fusionplan.app.cli import cli
 from fusionplan.app.dram_cost import (
     NEUTRAL_RULES,
@@ -295,3 +297,23 @@ def test_defaults_follow_the_cost_and_conflicts_fail_before_a_model_loads() -> N
     given = ("api", {"substitute": {"cost": "dram", "guard": True}})
     with pytest.raises(ConfigError, match="picks its own rules"):
         make_context(PASSES, ["substitute"], given=given)
+
+
+def test_bench_counts_lower_equal_higher_against_no_pass() -> None:
+    def row(model: str, none: int, latency: int, dram: int) -> dict:
+        report = {"dram_control": none, "kept": "original", "candidates": 1}
+        report |= {"seconds_per_candidate": 0.1, "hit_rate": 0.5}
+        return {
+            "model": model, "ops": 3, "none_bytes": none, "latency_bytes": latency,
+            "dram_bytes": dram, "dram_planned_bytes": dram, "dram_steps": 0,
+            "dram_rules": [], "dram_report": report,
+        }  # fmt: skip
+
+    rows = [row("a", 1000, 1100, 900), row("b", 10**8, 10**8, 10**8 - 256), row("c", 50, 40, 50)]
+    s = bench_summary(rows)
+    assert (s["latency_bytes"]["lower"], s["latency_bytes"]["higher"]) == (1, 1)
+    assert (s["dram_planned_bytes"]["lower"], s["dram_planned_bytes"]["equal"]) == (2, 1)
+    assert s["dram_planned_bytes"]["median_change_pct_where_changed"] == pytest.approx(-5.000128)
+    assert s["rewrite_vs_control"]["lower"] == 2
+    table = bench_markdown(rows)
+    assert "| -10.00 % |" in table and "| -256 B |" in table

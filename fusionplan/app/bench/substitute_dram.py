@@ -166,7 +166,11 @@ def preamble(config: DramBenchConfig, command: str, total: int, done: int, minut
 
 
 def _change(before: int, after: int) -> str:
-    return f"{100 * (after - before) / before:+.2f} %"
+    """The change in %, or in bytes where it would print as 0.00 % (a bias vector)."""
+    pct = 100 * (after - before) / before
+    if after != before and abs(pct) < 0.005:
+        return f"{after - before:+,} B"
+    return f"{pct:+.2f} %"
 
 
 COLUMNS = {
@@ -193,12 +197,14 @@ def summary(rows: Sequence[Row]) -> dict[str, Any]:
         ]
         pairs = [(b, a) for b, a in pairs if a is not None]
         changes = [100 * (a - b) / b for b, a in pairs]
+        moved = [c for c in changes if c]
         out[field] = {
             "models": len(pairs),
             "lower": sum(a < b for b, a in pairs),
             "equal": sum(a == b for b, a in pairs),
             "higher": sum(a > b for b, a in pairs),
             "median_change_pct": statistics.median(changes) if changes else None,
+            "median_change_pct_where_changed": statistics.median(moved) if moved else None,
         }
     pairs = [(c, r["dram_planned_bytes"]) for r in rows if (c := _control(r)) is not None]
     pairs = [(c, a) for c, a in pairs if a is not None]
@@ -243,11 +249,12 @@ def markdown(rows: Sequence[Row]) -> str:
     lines.append("")
     for field, name in (*COLUMNS.items(), ("control", "control")):
         t = s[field]
-        med = t["median_change_pct"]
+        med, moved = t["median_change_pct"], t["median_change_pct_where_changed"]
         lines.append(
             f"- {name}: lower on {t['lower']}, equal on {t['equal']}, higher on "
             f"{t['higher']} of {t['models']} models; median change "
-            f"{'n/a' if med is None else f'{med:+.2f} %'}."
+            f"{'n/a' if med is None else f'{med:+.2f} %'}, "
+            f"{'n/a' if moved is None else f'{moved:+.2f} %'} where it changed."
         )
     t = s["rewrite_vs_control"]
     lines.append(
