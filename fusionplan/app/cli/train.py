@@ -1,15 +1,19 @@
-"""``fusionplan train gin|pg|rg``: the GIN classifier and the trainable explainers."""
+"""``fusionplan train gin|pg|rg|eval``: the GIN classifier, the trainable explainers, and
+how the GIN scores on a given model."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
+from accel_model.accelerator import parse_size
 from explainers import EXPLAINERS
 from explainers.checkpoints import weights_dir
 from fusionplan.app.cli.common import OutputPath, print_table, progress_bar, scheme_option
 from fusionplan.ir.errors import ConfigError
+from fusionplan.ir.io import write_text_atomic
 
 
 @click.group("train")
@@ -60,6 +64,56 @@ def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
         rows,
         title=f"GIN {scheme.upper()}",
     )
+
+
+@train_group.command("eval")
+@click.argument("model")
+@_SCHEME
+@click.option(
+    "--groups",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="Groups of the model drawn and labelled by the cost model.",
+)
+@click.option(
+    "--buffers",
+    default="64KB,128KB,256KB,512KB,1MB,2MB",
+    show_default=True,
+    help="Comma list of buffer sizes.",
+)
+@_SEED
+@click.option("--json", "json_path", type=OutputPath(), help="Write the scores as JSON here.")
+@click.option("--quiet", "-q", is_flag=True)
+def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
+    """Score the GIN of a scheme on MODEL (zoo name or ONNX file): accuracy, F1 and the
+    false-valid rate (overflowing groups called valid) per buffer, against the cost model's
+    labels. Uses the shipped weights or $FUSIONPLAN_WEIGHTS_DIR."""
+    sizes = [parse_size(b) for b in buffers.split(",") if b.strip()]
+    if not sizes or any(s % 1024 for s in sizes):
+        raise click.BadParameter(f"whole KB sizes, got {buffers!r}", param_hint="--buffers")
+    # torch and torch_geometric (seconds to import) load once the options are good
+    from explainers.eval_gin import evaluate_gin_on, scores_json
+
+    with progress_bar(f"labelling {model} ({scheme})", enabled=not quiet) as progress:
+        scores = evaluate_gin_on(
+            model, scheme, groups=groups, buffers_kb=[s // 1024 for s in sizes], seed=seed,
+            progress=progress,
+        )  # fmt: skip
+    rows = [
+        ["all" if s.buffer_kb is None else f"{s.buffer_kb} KB", str(s.samples),
+         f"{s.valid_share:.3f}", f"{s.accuracy:.4f}", f"{s.f1:.4f}", f"{s.false_valid:.4f}"]
+        for s in scores
+    ]  # fmt: skip
+    print_table(
+        ["buffer", "samples", "valid share", "accuracy", "F1 (valid)", "false-valid"],
+        rows,
+        title=f"GIN {scheme.upper()} on {model}",
+    )
+    if json_path:
+        data = {"model": model, "scheme": scheme, "groups": groups, "seed": seed,
+                "scores": scores_json(scores)}  # fmt: skip
+        write_text_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
 
 
 _DATASET = click.option(
