@@ -20,7 +20,7 @@ from typing import Any
 
 from fusionplan.app.bench import render
 from fusionplan.app.bench.experiments import BenchConfig, Run, planned_runs
-from fusionplan.app.bench.runner import ResultStore, run_all
+from fusionplan.app.bench.runner import ResultStore, resume_rows, run_all
 from fusionplan.app.bench.valid_share import valid_share
 from fusionplan.engines import Engine, Job, LocalEngine, TaskFn
 from fusionplan.ir.errors import FusionPlanError
@@ -78,6 +78,45 @@ def splice(path: Path, section: str, *, begin: str = BEGIN, end: str = END) -> s
     if pattern.search(old):
         return pattern.sub(lambda _: block, old, count=1)
     return old + ("\n" if old and not old.endswith("\n") else "") + ("\n" if old else "") + block
+
+
+def run_spliced(
+    names: Sequence[str],
+    key: Callable[[str], str],
+    task: TaskFn,
+    shared: Any,
+    out_dir: str | os.PathLike,
+    report_path: str | os.PathLike,
+    section: Callable[[list[dict[str, Any]], int, float], str],
+    *,
+    begin: str,
+    end: str,
+    engine: Engine | None = None,
+    retry_failed: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """A resumable per-model bench whose report is one generated section of a markdown file:
+    ``task(name, shared)`` per model (:func:`runner.resume_rows`, one worker process by
+    default), and after each model ``section(rows, reused, minutes)`` spliced between
+    ``begin`` and ``end`` of ``report_path``, atomically. Rows in ``names`` order."""
+    store = ResultStore(Path(out_dir))
+    report_path = Path(report_path)
+    started = time.perf_counter()
+
+    def publish(reused: int) -> list[dict[str, Any]]:
+        rows = [store.rows[k] for n in names if (k := key(n)) in store.rows]
+        text = section(rows, reused, (time.perf_counter() - started) / 60)
+        write_text_atomic(report_path, splice(report_path, text, begin=begin, end=end))
+        return rows
+
+    def failed(name: str, error: str) -> dict[str, Any]:
+        return {"key": key(name), "model": name, "error": error}
+
+    return resume_rows(
+        names, key, task, shared, store, publish, failed,
+        engine=engine or LocalEngine(1, isolate=True), retry_failed=retry_failed,
+        progress=progress,
+    )  # fmt: skip
 
 
 def run_bench(

@@ -23,17 +23,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import onnx
 
-from fusionplan.app.bench import machine_line, splice
+from fusionplan.app.bench import machine_line, run_spliced
 from fusionplan.app.bench.catalogue import _reason
-from fusionplan.app.bench.runner import ResultStore, resume_rows
 from fusionplan.data.zoo import zoo_entry, zoo_path
-from fusionplan.engines import Engine, LocalEngine
-from fusionplan.ir.io import write_text_atomic
+from fusionplan.engines import Engine
 from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.passes.substitution.pipeline import (
     STANDARD_DOMAINS,
@@ -118,25 +115,14 @@ def run_substitute_catalogue(
     """Run (or resume) ``models``; after each one the report's generated section is
     rewritten atomically. Rows in ``models`` order; the default engine is one worker."""
     names = list(dict.fromkeys(zoo_entry(m).name for m in models))  # unknown names fail now
-    out, report_path = Path(out_dir), Path(report_path)
-    store = ResultStore(out)
-    started = time.perf_counter()
 
-    def publish(reused: int) -> list[Row]:
-        rows = [store.rows[k] for n in names if (k := config.key(n)) in store.rows]
-        minutes = (time.perf_counter() - started) / 60
-        section = f"{_preamble(config, command, len(names), len(rows), reused, minutes)}\n\n"
-        section += markdown(rows)
-        write_text_atomic(report_path, splice(report_path, section, begin=BEGIN, end=END))
-        return rows
+    def section(rows: list[Row], reused: int, minutes: float) -> str:
+        head = _preamble(config, command, len(names), len(rows), reused, minutes)
+        return f"{head}\n\n{markdown(rows)}"
 
-    def failed(name: str, error: str) -> Row:
-        return {"key": config.key(name), "model": name, "error": error}
-
-    return resume_rows(
-        names, config.key, _measure_task, config, store, publish, failed,
-        engine=engine or LocalEngine(1, isolate=True), retry_failed=retry_failed,
-        progress=progress,
+    return run_spliced(
+        names, config.key, _measure_task, config, out_dir, report_path, section,
+        begin=BEGIN, end=END, engine=engine, retry_failed=retry_failed, progress=progress,
     )  # fmt: skip
 
 

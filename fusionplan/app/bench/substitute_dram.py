@@ -21,14 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from accel_model import Accelerator
-from fusionplan.app.bench import machine_line, splice
+from fusionplan.app.bench import machine_line, run_spliced
 from fusionplan.app.bench.catalogue import _reason
-from fusionplan.app.bench.runner import ResultStore, resume_rows
 from fusionplan.app.dram_cost import carry_over
 from fusionplan.app.pipeline import PlanRequest, plan_at_least_as_good, plan_graph
 from fusionplan.data.zoo import zoo_entry, zoo_path
-from fusionplan.engines import Engine, LocalEngine
-from fusionplan.ir.io import write_text_atomic
+from fusionplan.engines import Engine
 from fusionplan.ir.onnx_import import graph_from_proto, load_model
 from fusionplan.ir.onnx_model import load_onnx
 from fusionplan.passes.substitution.pipeline import PLANNED_BUDGET, SubstitutionRequest, substitute
@@ -131,24 +129,13 @@ def run_bench(
     """Measure (or resume) ``models``; after each one the report's generated section is
     rewritten. One worker process by default, so a crash costs one model's row."""
     names = list(dict.fromkeys(zoo_entry(m).name for m in models))
-    out, report_path = Path(out_dir), Path(report_path)
-    store = ResultStore(out)
-    started = time.perf_counter()
 
-    def publish(reused: int) -> list[Row]:
-        rows = [store.rows[k] for n in names if (k := config.key(n)) in store.rows]
-        minutes = (time.perf_counter() - started) / 60
-        section = f"{preamble(config, command, len(names), len(rows), minutes)}\n\n"
-        section += markdown(rows)
-        write_text_atomic(report_path, splice(report_path, section, begin=BEGIN, end=END))
-        return rows
+    def section(rows: list[Row], reused: int, minutes: float) -> str:
+        return f"{preamble(config, command, len(names), len(rows), minutes)}\n\n{markdown(rows)}"
 
-    def failed(name: str, error: str) -> Row:
-        return {"key": config.key(name), "model": name, "error": error}
-
-    return resume_rows(
-        names, config.key, _measure_task, config, store, publish, failed,
-        engine=engine or LocalEngine(1, isolate=True), progress=progress,
+    return run_spliced(
+        names, config.key, _measure_task, config, out_dir, report_path, section,
+        begin=BEGIN, end=END, engine=engine, progress=progress,
     )  # fmt: skip
 
 
