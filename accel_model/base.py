@@ -12,6 +12,7 @@ from array import array
 from dataclasses import dataclass
 from functools import cached_property, reduce
 from operator import or_
+from time import perf_counter
 from typing import ClassVar, NamedTuple, Protocol
 
 from accel_model.accelerator import Accelerator
@@ -39,6 +40,13 @@ class CacheStats:
     hits: int = 0
     work: int = 0  # ops costed from scratch x work_per_op: the searches' work measure
     shape_hits: int = 0  # misses answered by a group of the same shape (not counted in work)
+    seconds: float = 0.0  # spent answering misses (machine-dependent: reports only)
+
+    @property
+    def misses(self) -> int:
+        """Oracle queries: distinct groups this model was asked about (docs/design.md,
+        "Oracles"); a search's cost in a black-box setting."""
+        return self.queries - self.hits
 
     @property
     def hit_rate(self) -> float:
@@ -60,6 +68,9 @@ class CostModel(ABC):
     """Base class: subclasses implement :meth:`_compute` and set ``name``."""
 
     name: ClassVar[str]
+    # whether the model's internals (bounds, tilings, schedules) may be read, or only its
+    # answers (a black-box oracle, accel_model/oracle.py)
+    white_box: ClassVar[bool] = True
     # work units (search/effort.py) per op of a group costed from scratch: about 1.5 us a
     # unit on the reference machine, so a search's units track its time on every scheme
     work_per_op: ClassVar[int] = 1
@@ -124,6 +135,7 @@ class CostModel(ABC):
         # the work counts every group new to this memo, same-shape or not, so that a
         # search's budget (and so its answer) does not depend on this second memo
         self.stats.work += group.bit_count() * self.work_per_op
+        started = perf_counter()
         if self.shape_invariant:
             key = self._shape_key(group)
             result = self._by_shape.get(key)
@@ -133,6 +145,7 @@ class CostModel(ABC):
                 self.stats.shape_hits += 1
         else:
             result = self._evaluate(group)
+        self.stats.seconds += perf_counter() - started
         self._memo[group] = result
         return result
 
@@ -203,6 +216,11 @@ class CostModel(ABC):
         assert not self._memo, "share the memo before the first group is priced"
         self.__dict__["_by_shape"] = memo
         self._fact_ids = fact_ids
+
+    def known(self, group: Group) -> GroupCost | None:
+        """The cost of ``group`` if it was asked about already (no query counted), else
+        None: what a judge may read for free (fusionplan/planning/split.py, PartJudge)."""
+        return self._memo.get(group)
 
     def buffer_bytes(self, group: Group) -> int:
         return self.cost(group).buffer
@@ -437,6 +455,10 @@ class CostModel(ABC):
         profile: Optimus's reported energy, accel_model/optimus_pricing.py), else None: the
         energy objective then reads each group's schedule (accel_model/energy.py)."""
         return None
+
+    def close(self) -> None:  # noqa: B027 (a hook: only an oracle's model holds something)
+        """Release what pricing holds (an oracle's program); the built-in models hold
+        nothing."""
 
     def weight_reads_floor(self, nodes: Group, floor: int | None = None) -> tuple[int, int]:
         """How many times at least every valid group containing ``nodes`` reads its weights

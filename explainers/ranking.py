@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch_geometric.data import Data
 
@@ -29,6 +30,14 @@ from fusionplan.ir.graph import Group, bits
 if TYPE_CHECKING:
     from accel_model.base import CostModel
     from fusionplan.planning.split import Edge
+
+
+def group_sample(cost_model: CostModel, table: np.ndarray, group: Group) -> Data:
+    """The GIN sample of ``group`` as the dataset builds it (``table``: the graph's
+    :func:`~fusionplan.data.features.node_feature_table`), at ``cost_model``'s buffer."""
+    x, edge_index = group_features(cost_model.graph, table, group)
+    x = with_buffer(x, cost_model.beta)
+    return Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(edge_index))
 
 
 @dataclass
@@ -58,11 +67,9 @@ class ExplainerRanker:
         self.stats = RankerStats()
         self._cache: dict[Group, list[Edge]] = {}
 
-    def sample(self, group: Group):
+    def sample(self, group: Group) -> Data:
         """The GIN sample of ``group`` at this cost model's buffer size (a PyG ``Data``)."""
-        x, edge_index = group_features(self.graph, self.table, group)
-        x = with_buffer(x, self.cost_model.beta)
-        return Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(edge_index))
+        return group_sample(self.cost_model, self.table, group)
 
     def rank(self, group: Group) -> list[Edge]:
         self.stats.calls += 1

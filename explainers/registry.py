@@ -45,14 +45,24 @@ class _ExplainerSplitterFactory:
     """``factory(cost_model, seed)`` for the explainer-guided splitter of one explainer."""
 
     kind: str
+    gin_judge: bool = False
 
     def __call__(self, cost_model: CostModel, seed: int) -> Splitter:
         # explainers.splitters imports torch: load it only when such a splitter is made
         splitters = importlib.import_module("explainers.splitters")
-        return splitters.make_explainer_splitter(self.kind, cost_model, seed)
+        return splitters.make_explainer_splitter(
+            self.kind, cost_model, seed, gin_judge=self.gin_judge
+        )
 
 
 def register_explainer(name: str, target: str, *, help: str) -> None:
-    """Register the :class:`ExplainerKind` at ``"module:attr"`` and its splitter."""
+    """Register the :class:`ExplainerKind` at ``"module:attr"`` and its two splitters:
+    ``name`` (Algorithm 1 over its edges) and ``gin-name`` (the same, with the GIN judging
+    the cuts it probes instead of the oracle)."""
     EXPLAINERS.register_lazy(name, target, help=help)
     SPLITTERS.register(name, _ExplainerSplitterFactory(name), help=f"Algorithm 1 over {help}")
+    SPLITTERS.register(
+        f"gin-{name}",
+        _ExplainerSplitterFactory(name, gin_judge=True),
+        help=f"Algorithm 1 over {help}, the GIN judging the cuts (fewer oracle queries)",
+    )

@@ -9,6 +9,9 @@ PG and RG, the trained explainer of that scheme. Weights come from
 mismatched checkpoint is a :class:`~explainers.checkpoints.CheckpointError` naming the
 command that rebuilds it, raised when the splitter is made (before any search starts).
 
+The ``gin-`` splitters (``gin-pg``, ...) are the same tree with the GIN judging the cuts it
+probes, so that only the parts kept are asked about (docs/design.md, "Oracles").
+
 PG and RG checkpoints record the fingerprint of the GIN they were trained against; after the
 GIN is retrained they are refused (their masks/policies read that GIN's embeddings).
 Loaded explainers are cached per process, keyed by checkpoint file and modification time.
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from explainers.base import Explainer
 from explainers.gin import checkpoint_stamp, clear_loaded, load_gin_model
+from explainers.judge import GinJudge
 from explainers.ranking import ExplainerRanker
 from explainers.registry import EXPLAINERS
 from fusionplan.planning.split import TreeSplitter
@@ -44,10 +48,16 @@ def load_explainer(kind: str, scheme: str, seed: int = 0) -> Explainer:
     return explainer
 
 
-def make_explainer_splitter(kind: str, cost_model: CostModel, seed: int = 0) -> TreeSplitter:
-    """Algorithm 1 over the ``kind`` explainer for ``cost_model``'s scheme and buffer."""
+def make_explainer_splitter(
+    kind: str, cost_model: CostModel, seed: int = 0, *, gin_judge: bool = False
+) -> TreeSplitter:
+    """Algorithm 1 over the ``kind`` explainer for ``cost_model``'s scheme and buffer; with
+    ``gin_judge`` the GIN, not the oracle, classifies the candidate cuts
+    (:class:`explainers.judge.GinJudge`)."""
     explainer = load_explainer(kind, cost_model.accel.scheme, seed)
-    return TreeSplitter(cost_model, ExplainerRanker(cost_model, explainer, kind), seed)
+    judge = GinJudge(cost_model, explainer.model) if gin_judge else None
+    ranker = ExplainerRanker(cost_model, explainer, kind)
+    return TreeSplitter(cost_model, ranker, seed, judge=judge)
 
 
 def clear_cache() -> None:

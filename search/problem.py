@@ -31,6 +31,15 @@ class BudgetExhausted(Exception):
     """Raised by :meth:`FusionProblem.evaluate` when a search asks past its budget."""
 
 
+def check_query_budget(budget: object) -> int | None:
+    """``budget`` as a whole number of oracle queries >= 1, or None (no query budget)."""
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
+        raise ConfigError(f"query budget must be a whole number of queries >= 1, got {budget!r}")
+    return int(budget)
+
+
 @dataclass
 class FusionProblem:
     """Graph + cost model + splitter, with a proposal counter bounded by ``budget``."""
@@ -45,12 +54,16 @@ class FusionProblem:
     warm_start: list[tuple[Group, ...]] = field(default_factory=list)
     # what the searches minimise (None: DRAM bytes)
     objective: Objective | None = None
+    # oracle queries (distinct groups priced, ``CacheStats.misses``) after which no further
+    # plan is proposed; None: only ``budget`` stops the search (docs/design.md, "Oracles")
+    query_budget: int | None = None
 
     def __post_init__(self) -> None:
         budget = self.budget
         if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1:
             raise ConfigError(f"search budget must be a whole number of plans >= 1, got {budget!r}")
         self.budget = int(budget)
+        self.query_budget = check_query_budget(self.query_budget)
         cm = self.cost_model
         if self.objective is None:
             self.objective = DramObjective(cm, Hardware())
@@ -67,6 +80,12 @@ class FusionProblem:
     # -- proposals --------------------------------------------------------------------
     @property
     def remaining(self) -> int:
+        """Plans the search may still propose: none once the oracle queries reach the
+        query budget (checked where searches check this, so the plan or generation under
+        way is finished; the first plan is always proposed)."""
+        qb = self.query_budget
+        if qb is not None and self.proposed and self.cost_model.stats.misses >= qb:
+            return 0
         return self.budget - self.proposed
 
     def evaluate(self, groups: list[Group]) -> Candidate:

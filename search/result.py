@@ -20,6 +20,7 @@ class Recorder:
         self.best: Candidate | None = None
         self.front: dict[tuple, Candidate] = {}
         self.trace: list[tuple[int, int]] = []
+        self.query_trace: list[tuple[int, int]] = []  # (oracle queries, best score)
         self.start = time.perf_counter()
         cm = problem.cost_model
         self._q0, self._h0 = cm.stats.queries, cm.stats.hits
@@ -31,6 +32,7 @@ class Recorder:
         if best is None or cand.score < best.score:
             self.best = cand
             self.trace.append((self.problem.proposed, cand.score))
+            self.query_trace.append((self.problem.cost_model.stats.misses, cand.score))
         elif cand.score == best.score and (cand.dram, cand.mbu) < (best.dram, best.mbu):
             self.best = cand  # same score, less DRAM or a smaller peak buffer
         self._update_front(cand)
@@ -73,6 +75,10 @@ class Recorder:
             best=self.best,
             pareto=sorted(self.front.values(), key=lambda c: (c.dram, c.mbu)),
             trace=self.trace,
+            query_trace=self.query_trace,
+            oracle_queries=cm.stats.misses,
+            oracle_seconds=cm.stats.seconds,
+            query_budget=p.query_budget,
             proposed=p.proposed,
             budget=p.budget,
             seed=seed,

@@ -19,8 +19,9 @@ from accel_model import Accelerator, parse_size
 from accel_model.description import load_accelerator, load_hardware, read_description
 from accel_model.hardware import Hardware
 from accel_model.latency import LATENCY_MODELS
+from accel_model.oracle import Oracle
 from fusionplan.app import dram_cost  # noqa: F401 (registers the accelerator costs)
-from fusionplan.app.pipeline import PlanRequest, plan_graph, sweep_graph
+from fusionplan.app.pipeline import PlanRequest, default_search, plan_graph, sweep_graph
 from fusionplan.data.zoo import model_source, resolve_model
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
@@ -77,7 +78,7 @@ def plan(
     scheme: str = "lbdf",
     *,
     accelerator: Accelerator | str | os.PathLike | None = None,
-    search: str = "auto",
+    search: str | None = None,
     splitter: str = "tree",
     budget: int = 2000,
     seed: int = 0,
@@ -94,6 +95,8 @@ def plan(
     progress: Callable[[int], None] | None = None,
     objective: str = "dram",
     hardware: Hardware | None = None,
+    oracle: Oracle | Callable[[dict[str, Any]], Any] | None = None,
+    query_budget: int | None = None,
 ) -> Plan:
     """Plan fusion for ``model`` (ONNX path, zoo name or OpGraph) on one accelerator,
     after the named pre-passes (``prepass=["substitute", "streams"]``) ran on its graph,
@@ -109,11 +112,17 @@ def plan(
     explicit ``buffer`` replaces. The plan's ``metrics`` carry a proven lower bound on the
     optimum and the gap to it: the default ``auto`` search proves the optimum when it can
     within its ``effort`` (work, not seconds: the same plan on any machine); ``time_limit_s``
-    is only a wall-clock safety cap."""
+    is only a wall-clock safety cap.
+
+    ``oracle`` prices groups instead of the scheme's model: an :class:`~accel_model.oracle.
+    Oracle` or a function ``query -> {"fits", "dram_bytes"[, "buffer_bytes"]}``
+    (docs/design.md, "Oracles"); the search then defaults to ``ls`` (auto needs the built-in
+    model's bounds). ``query_budget`` stops a heuristic search after that many oracle
+    queries; ``plan.info["oracle_queries"]`` reports them for every search."""
     request = PlanRequest(
         buffer="256KB" if buffer is None else buffer,
         scheme=scheme,
-        search=search,
+        search=default_search(search, oracle),
         splitter=splitter,
         budget=budget,
         seed=seed,
@@ -127,6 +136,8 @@ def plan(
         time_limit_s=time_limit_s,
         objective=objective,
         hardware=hardware,
+        oracle=oracle,
+        query_budget=query_budget,
     )
     file: OptionSource | None = None
     if accelerator is not None:

@@ -17,6 +17,7 @@ import explainers  # noqa: F401  (registers the gnne / pg / rg splitters)
 from accel_model import Accelerator, CostModel, make_cost_model
 from accel_model.hardware import Hardware
 from accel_model.objectives import OBJECTIVES, check_additive, make_objective, needs_schedules
+from accel_model.oracle import Oracle, OracleCostModel, as_oracle
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group, OpGraph
 from fusionplan.planning.plan import Plan
@@ -24,6 +25,7 @@ from fusionplan.planning.split import SPLITTERS, Splitter, make_splitter
 from fusionplan.search import SEARCHES, WORK_SEARCHES, FusionProblem, Search, make_search
 from fusionplan.search.certify import certify, relative_gap
 from fusionplan.search.effort import check_effort, check_time_cap
+from fusionplan.search.problem import check_query_budget
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +61,11 @@ class PlanRequest:
     # energies its latency and energy come from (None: accel_model.hardware's defaults)
     objective: str = "dram"
     hardware: Hardware | None = None
+    # a black box that prices groups instead of the scheme's model (accel_model/oracle.py:
+    # an Oracle, or a function query -> answer), and the oracle queries after which the
+    # search stops (None: only ``budget`` stops it)
+    oracle: Oracle | Callable[[dict[str, Any]], Any] | None = None
+    query_budget: int | None = None
 
     def accelerator(self) -> Accelerator:
         conventions = None if self.conventions is None else frozenset(self.conventions)
@@ -107,6 +114,22 @@ class PlanRequest:
             )
         if self.search == "exact":
             check_additive(self.objective)
+        check_query_budget(self.query_budget)
+        if self.query_budget is not None and self.search in WORK_SEARCHES:
+            raise ConfigError(
+                f"--search {self.search} is bounded by its effort, not by oracle queries: "
+                "use --query-budget with rs, ls or nsga2"
+            )
+        if self.oracle is not None and (self.search in WORK_SEARCHES or self.objective != "dram"):
+            what = (
+                f"--search {self.search}"
+                if self.search in WORK_SEARCHES
+                else (f"--objective {self.objective}")
+            )
+            raise ConfigError(
+                f"{what} reads the built-in cost model's bounds or schedules, which a "
+                "black-box oracle does not have: use rs, ls or nsga2 with objective dram"
+            )
         optimus = "optimus-groups" in self.accelerator().conventions
         front = self.search_options.get("front", "mbu") != "mbu"
         if optimus and (needs_schedules(self.objective) or front):
@@ -116,6 +139,14 @@ class PlanRequest:
                 "groups by Optimus's formulas, which lay out none: use dram or energy"
             )
         return self
+
+
+def default_search(search: str | None, oracle: object | None) -> str:
+    """``search``, or the default: ``auto``, or ``ls`` with a black-box oracle (auto reads
+    the built-in model's bounds)."""
+    if search is not None:
+        return search
+    return "auto" if oracle is None else "ls"
 
 
 @dataclass
@@ -141,8 +172,12 @@ class Pipeline:
             result.explain_seconds = ranker_stats.explain_seconds
         cap = request.time_limit_s
         left = None if cap is None else max(cap - (time.perf_counter() - started), 1e-6)
-        result.certificate = certify(self.problem, result, request.bound_effort, left)
-        return self.problem.to_plan(result.best, result).validate()
+        if self.cost_model.white_box:  # a black box proves nothing beyond what it answered
+            result.certificate = certify(self.problem, result, request.bound_effort, left)
+        try:
+            return self.problem.to_plan(result.best, result).validate()
+        finally:
+            self.cost_model.close()
 
 
 def assemble(
@@ -152,7 +187,12 @@ def assemble(
     ``shape_memo``: the memo and fact ids the cost model prices through, shared with other
     graphs' (:meth:`accel_model.base.CostModel.share_shape_memo`)."""
     request.check()
-    cost_model = make_cost_model(graph, request.accelerator())
+    if request.oracle is not None:
+        cost_model: CostModel = OracleCostModel(
+            graph, request.accelerator(), as_oracle(request.oracle)
+        )
+    else:
+        cost_model = make_cost_model(graph, request.accelerator())
     if shape_memo is not None:
         cost_model.share_shape_memo(*shape_memo)
     splitter = make_splitter(request.splitter, cost_model, request.seed)
@@ -162,7 +202,10 @@ def assemble(
         options.setdefault("time_limit_s", request.time_limit_s)
     search = make_search(request.search, **options)
     objective = make_objective(request.objective, cost_model, request.hardware)
-    problem = FusionProblem(cost_model, splitter, request.budget, objective=objective)
+    problem = FusionProblem(
+        cost_model, splitter, request.budget, objective=objective,
+        query_budget=request.query_budget,
+    )  # fmt: skip
     return Pipeline(request, graph, cost_model, splitter, problem, search)
 
 

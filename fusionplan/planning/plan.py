@@ -230,6 +230,8 @@ class Plan:
         cert = self.result.certificate if self.result is not None else None
         if cert is not None:
             bound, method = cert.lower_bound_bytes, cert.method
+        elif not cm.white_box:  # a black-box oracle's answers bound nothing
+            bound, method = 0, "none (black-box oracle)"
         else:  # a plan built by hand or read from a file: the static bound
             bound, method = plan_lower_bound(cm), "traffic bound"
         dram = fus_dram + unf_dram
@@ -251,6 +253,8 @@ class Plan:
     def energy(self) -> PlanEnergy | None:
         """Energy and latency from each group's schedule; None where some group has no
         schedule to read them from (the optimus profile's fused groups)."""
+        if not self.cost_model.white_box:  # an oracle prices groups, it lays out no schedule
+            return None
         model = MetricsModel(self.cost_model, self.hardware)
         try:
             per_group = tuple(model.group(g) for g in self.groups)
@@ -324,6 +328,8 @@ class Plan:
     def schedule_summary(self, group: Group) -> dict[str, Any]:
         """The plan file's compact schedule of ``group``: its loop order, tiles, slices and
         traffic per tensor, or the loop order and why no schedule is written out."""
+        if not self.cost_model.white_box:
+            return {"order": "oracle", "unavailable": "a black-box oracle priced this group"}
         try:
             return self.schedule(group).compact(self.graph)
         except ScheduleError as exc:
@@ -385,7 +391,9 @@ class Plan:
             f"groups       {m.groups} ({m.fused_groups} fused, {m.unfusable_ops} unfusable ops)",
             f"DRAM         {m.dram_mb:.3f} MB (fusable {m.fusable_dram_mb:.3f} MB, "
             f"unfusable {m.unfusable_dram_bytes / MB:.3f} MB)",
-            f"lower bound  {m.lower_bound_bytes / MB:.3f} MB ({m.bound_method}), gap {m.gap:.2%}",
+            f"lower bound  {m.lower_bound_bytes / MB:.3f} MB ({m.bound_method}), gap {m.gap:.2%}"
+            if self.cost_model.white_box
+            else f"lower bound  {m.bound_method}",
             f"MBU          {m.mbu_kb:.1f} KB",
         ]
         for record in self.prepasses:
@@ -418,6 +426,11 @@ class Plan:
         for key in ("search", "splitter", "budget", "seed"):
             if key in info:
                 lines.append(f"{key:<12} {info[key]}")
+        if info.get("oracle_queries"):
+            spent = info.get("timing", {}).get("oracle_seconds")
+            budget = f" (budget {info['query_budget']:,})" if info.get("query_budget") else ""
+            took = f", {spent} s" if spent is not None else ""
+            lines.append(f"{'oracle':<12} {info['oracle_queries']:,} queries{budget}{took}")
         seconds = info.get("timing", {}).get("wall_time_s")
         if seconds is not None:
             lines.append(f"{'wall time':<12} {seconds} s")

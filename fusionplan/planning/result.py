@@ -134,6 +134,13 @@ class SearchResult:
     explain_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # search-specific counters
     certificate: Certificate | None = None  # set by the pipeline (search/certify.py)
+    # oracle queries (distinct groups priced since the cost model was made, the problem's
+    # unfusable-op probes included; docs/design.md, "Oracles"), their seconds, the best
+    # score against them at each improvement, and the query budget if one was set
+    oracle_queries: int = 0
+    oracle_seconds: float = 0.0
+    query_trace: list[tuple[int, int]] = field(default_factory=list)
+    query_budget: int | None = None
     # set by exact / auto under an objective other than DRAM (search/exact.py, solve_objective)
     objective_bound: ObjectiveBound | None = None
 
@@ -150,6 +157,8 @@ class SearchResult:
         }
         if self.explained_groups:
             out["explain_seconds"] = round(self.explain_seconds, 3)
+        if self.oracle_queries:
+            out["oracle_seconds"] = round(self.oracle_seconds, 3)
         if self.certificate is not None:
             out["bound_seconds"] = round(self.certificate.seconds, 3)
         return out
@@ -175,6 +184,9 @@ class SearchResult:
                 "invalid_groups_split": self.invalid_groups,
                 "rectify_rate": round(self.rectify_rate, 4),
                 "trace": self.trace,
+                "oracle_queries": self.oracle_queries,
+                "query_trace": self.query_trace,
+                **({"query_budget": self.query_budget} if self.query_budget else {}),
                 "pareto": [{"dram_bytes": c.dram, "mbu_bytes": c.mbu} for c in self.pareto],
             }
         )

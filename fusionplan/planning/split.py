@@ -53,6 +53,38 @@ class Splitter(Protocol):
         ...
 
 
+class PartJudge(Protocol):
+    """How Algorithm 1 classifies the parts of a candidate cut and prices a choice among
+    cuts. The parts it keeps are always checked against the cost model afterwards (one
+    oracle query each); the judge decides how many *other* parts are asked about
+    (docs/design.md, "Oracles")."""
+
+    name: str
+
+    def fits(self, parts: list[Group]) -> list[bool]:
+        """Whether each part fits the buffer, as far as the judge can tell."""
+        ...
+
+    def dram(self, parts: list[Group]) -> int:
+        """The DRAM bytes of ``parts`` run as groups, exact or estimated."""
+        ...
+
+
+class OracleJudge:
+    """Asks the cost model about every candidate part: exact, one query per new part."""
+
+    name = "oracle"
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+
+    def fits(self, parts: list[Group]) -> list[bool]:
+        return [self.cost_model.is_valid(p) for p in parts]
+
+    def dram(self, parts: list[Group]) -> int:
+        return sum(self.cost_model.dram_bytes(p) for p in parts)
+
+
 class EdgeRanker(Protocol):
     name: str
 
@@ -145,19 +177,19 @@ class TreeSplitter(_MemoSplitter):
         ranker: EdgeRanker,
         seed: int = 0,
         config: TreeConfig | None = None,
+        judge: PartJudge | None = None,
     ) -> None:
         super().__init__(cost_model, seed)
         self.ranker = ranker
         self.config = config or TreeConfig()
-        self.name = f"tree[{ranker.name}]"
+        self.judge = judge or OracleJudge(cost_model)
+        judged = "" if self.judge.name == "oracle" else f", {self.judge.name} judge"
+        self.name = f"tree[{ranker.name}{judged}]"
         self._solved: dict[Group, tuple[list[Group], int, bool]] = {}
 
     def _split_invalid(self, group: Group) -> tuple[list[Group], bool]:
         parts, _, rectified = self._solve(group, 0)
         return parts, rectified
-
-    def _dram(self, parts: list[Group]) -> int:
-        return sum(self.cost_model.dram_bytes(p) for p in parts)
 
     def _solve(self, group: Group, depth: int) -> tuple[list[Group], int, bool]:
         """(parts, their DRAM, rectified) for ``group``; memoised across calls."""
@@ -171,7 +203,7 @@ class TreeSplitter(_MemoSplitter):
         if not candidates:
             self.stats.fallbacks += 1
             parts = self._random_split(group)
-            result = (parts, self._dram(parts), False)
+            result = (parts, sum(cm.dram_bytes(p) for p in parts), False)
         else:
             result = self._best_solution(candidates, depth)
         self._solved[group] = result
@@ -191,14 +223,14 @@ class TreeSplitter(_MemoSplitter):
         return cuts
 
     def _best_solution(self, cuts: list[list[Group]], depth: int):
-        cm = self.cost_model
+        verdicts = iter(self.judge.fits([p for parts in cuts for p in parts]))
         cat1, cat2, cat3 = [], [], []
         for parts in cuts:
-            valid = [cm.is_valid(p) for p in parts]
+            valid = [next(verdicts) for _ in parts]
             (cat1 if all(valid) else cat2 if any(valid) else cat3).append((parts, valid))
-        if cat1:  # every part fits: the cheapest such cut ends the recursion
-            parts = min((p for p, _ in cat1), key=self._dram)
-            return parts, self._dram(parts), True
+        if cat1:  # every part fits: the cheapest such cut ends the recursion once its
+            # parts are confirmed (free when the judge asked the cost model already)
+            return self._recurse(min((p for p, _ in cat1), key=self.judge.dram), depth)
         if cat2:  # keep the largest valid side, recurse on what is still invalid
             parts, _ = max(cat2, key=self._valid_side_size)
             return self._recurse(parts, depth)
@@ -209,7 +241,7 @@ class TreeSplitter(_MemoSplitter):
     def _valid_side_size(self, candidate: tuple[list[Group], list[bool]]) -> tuple[int, int]:
         """Category-2 preference: most nodes in valid parts, then least DRAM among them."""
         valid_parts = [p for p, ok in zip(*candidate, strict=True) if ok]
-        return sum(p.bit_count() for p in valid_parts), -self._dram(valid_parts)
+        return sum(p.bit_count() for p in valid_parts), -self.judge.dram(valid_parts)
 
     def _recurse(self, parts: list[Group], depth: int) -> tuple[list[Group], int, bool]:
         out, dram, rectified = [], 0, True

@@ -31,6 +31,9 @@ from fusionplan.app.bench.optimus import NETWORKS as OPTIMUS_NETWORKS
 from fusionplan.app.bench.optimus import run_optimus_bench
 from fusionplan.app.bench.optimus_energy import run_optimus_energy_bench
 from fusionplan.app.bench.optimus_oracle import OptimusRunner, optimus_checkout
+from fusionplan.app.bench.queries import HARD_CELLS, QueriesConfig
+from fusionplan.app.bench.queries import markdown as queries_markdown
+from fusionplan.app.bench.queries import run_bench as run_queries_bench
 from fusionplan.app.bench.scaling import job_timing
 from fusionplan.app.bench.speed import search_speed, zoo_times
 from fusionplan.app.bench.streams import MODELS as STREAMS_MODELS
@@ -492,6 +495,64 @@ def bench_substitute_dram(
             progress=progress,
         )
     click.echo(dram_markdown(rows))
+    click.echo(f"wrote {report_path}")
+
+
+@bench_group.command("queries")
+@click.option(
+    "--models",
+    default=",".join(HARD_CELLS),
+    show_default=True,
+    help="Comma list of zoo, torchvision or synthetic graph names.",
+)
+@click.option("--schemes", default="brr", show_default=True)
+@click.option("--buffers", default="128KB", show_default=True)
+@click.option("--searches", default="rs,ls,nsga2", show_default=True)
+@click.option("--splitters", default="random,tree,gin-pg,gin-rg", show_default=True)
+@click.option("--seeds", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--query-budget", type=click.IntRange(min=1), default=5000, show_default=True)
+@click.option(
+    "--checkpoints",
+    default="500,1000,2000,5000",
+    show_default=True,
+    help="Query counts at which the table reads each run's best plan.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=OutputPath(directory=True),
+    default="bench-out/queries",
+    show_default=True,
+    help="runs.jsonl (resumable) and queries.md.",
+)
+@engine_options(default_processes=1)
+@click.option("-q", "--quiet", is_flag=True)
+def bench_queries(models, schemes, buffers, searches, splitters, seeds, query_budget,
+                  checkpoints, out_dir, engine_opts: EngineOptions, quiet) -> None:  # fmt: skip
+    """Best DRAM against oracle queries (issue 28): random, tree and GNN-guided splitting
+    inside rs, ls and nsga2 under one query budget, auto's plan as each cell's reference."""
+    try:
+        marks = tuple(int(c) for c in _names(checkpoints) or ())
+    except ValueError:
+        raise ConfigError(f"--checkpoints must be whole numbers, got {checkpoints!r}") from None
+    config = QueriesConfig(
+        schemes=_names(schemes) or (), buffers=_names(buffers) or (),
+        searches=_names(searches) or (), splitters=_names(splitters) or (),
+        seeds=tuple(range(seeds)), query_budget=query_budget, checkpoints=marks,
+    )  # fmt: skip
+    for search in config.searches:
+        PlanRequest(search=search, query_budget=query_budget).check()
+    for splitter, scheme in ((sp, sc) for sp in config.splitters for sc in config.schemes):
+        PlanRequest(splitter=splitter, scheme=scheme).check()
+    report_path = Path(out_dir) / "queries.md"
+    command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
+    with progress_bar("queries runs", enabled=not quiet) as progress:
+        rows = run_queries_bench(
+            _names(models) or (), config, out_dir, report_path,
+            engine=engine_opts.make(), command=command or "fusionplan bench queries",
+            progress=progress,
+        )  # fmt: skip
+    click.echo(queries_markdown(rows, config))
     click.echo(f"wrote {report_path}")
 
 

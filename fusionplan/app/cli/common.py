@@ -25,8 +25,9 @@ from accel_model import COST_MODELS, Accelerator
 from accel_model.accelerator import DEFAULT_PE_UNROLL, PROFILES, SINGLE_LAYER_CONVENTIONS
 from accel_model.description import hardware_from, read_description
 from accel_model.objectives import OBJECTIVES
+from accel_model.oracle import CallableOracle, Oracle, ProgramOracle
 from fusionplan.app.api import Prepared, accelerator_passes, load, run_prepasses
-from fusionplan.app.pipeline import PlanRequest
+from fusionplan.app.pipeline import PlanRequest, default_search
 from fusionplan.engines import ENGINES, Engine, make_engine
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
@@ -188,6 +189,13 @@ class PlanOptions:
     pass_option: tuple[str, ...]
     objective: str
     front: str
+    oracle: str | None
+    oracle_callable: str | None
+    query_budget: int | None
+
+    def __post_init__(self) -> None:  # --search left out: auto, or ls with an oracle
+        search = default_search(self.search, self.oracle or self.oracle_callable)
+        object.__setattr__(self, "search", search)
 
     def search_options(self) -> dict[str, Any]:
         """Options of the chosen search that the command line exposes."""
@@ -220,8 +228,20 @@ class PlanOptions:
             bound_effort=self.bound_effort,
             time_limit_s=self.time_limit,
             objective=self.objective,
+            oracle=self.make_oracle(),
+            query_budget=self.query_budget,
             **self.file_settings,
         ).check()
+
+    def make_oracle(self) -> Oracle | None:
+        """The black box ``--oracle`` or ``--oracle-callable`` names, or None."""
+        if self.oracle and self.oracle_callable:
+            raise ConfigError("give --oracle or --oracle-callable, not both")
+        if self.oracle:
+            return ProgramOracle(self.oracle)
+        if self.oracle_callable:
+            return CallableOracle.load(self.oracle_callable)
+        return None
 
     def pass_context(self, accelerator: Accelerator | None = None) -> PassContext:
         """The pre-passes and their options (accelerator file, then ``--pass-option``),
@@ -294,9 +314,8 @@ _PLAN_OPTIONS = [
     click.option(
         "--search",
         type=RegistryChoice(SEARCHES),
-        default="auto",
-        show_default=True,
-        help=_registry_help("Search algorithm", SEARCHES),
+        default=None,
+        help=_registry_help("Search algorithm (default auto; ls with an oracle)", SEARCHES),
     ),
     click.option(
         "--nsga2-backend",
@@ -395,6 +414,25 @@ _PLAN_OPTIONS = [
         help="Wall-clock safety cap in seconds over the search and its certificate (default "
         "none). A run it stops says so and depends on the machine; --effort is what sizes "
         "a reproducible run.",
+    ),
+    click.option(
+        "--oracle",
+        metavar="COMMAND",
+        help="Price groups with an external program instead of the scheme's model: it reads "
+        "one JSON group per line on stdin and answers one JSON line "
+        '{"fits": ..., "dram_bytes": ...} (docs/design.md, "Oracles").',
+    ),
+    click.option(
+        "--oracle-callable",
+        metavar="MODULE:FUNCTION",
+        help="Price groups with a Python function query -> answer (as --oracle).",
+    ),
+    click.option(
+        "--query-budget",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Stop rs, ls or nsga2 after this many oracle queries (distinct groups priced; "
+        "every plan reports its count).",
     ),
     click.option(
         "--prepass",
