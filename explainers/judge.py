@@ -4,8 +4,10 @@ The tree splitter (fusionplan/planning/split.py) probes several topological cuts
 with the cost model as judge each new part of each probed cut is an oracle query. Here the
 GIN predicts whether each part fits, in batches (answers the cost model already has are
 read for free), and a cut's DRAM is estimated by its parts' compulsory traffic (io and
-weights: graph facts, no query). Only the parts the splitter keeps are then asked about, and one the
-GIN wrongly called valid is split again, so plans stay valid (docs/design.md, "Oracles").
+weights: graph facts, no query). It also *screens*: a group it calls invalid is split
+without asking whether it fits. Only groups it calls valid are asked about, and one it
+wrongly called valid is split again, so every part kept fits; one it wrongly called invalid
+is split needlessly, which can cost DRAM, never validity (docs/design.md, "Oracles").
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class GinJudge:
     """:class:`~fusionplan.planning.split.PartJudge` by the GIN of the cost model's scheme."""
 
     name = "gin"
+    screens = True  # a group it calls invalid is split unasked
 
     def __init__(self, cost_model: CostModel, gin: torch.nn.Module) -> None:
         self.cost_model = cost_model

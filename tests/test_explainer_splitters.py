@@ -267,3 +267,32 @@ def test_train_rg_is_deterministic(tmp_path):
         states.append(torch.load(out.path, weights_only=True))
     a, b = (s["modules"] for s in states)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ----------------------------------------------------------------------------- GIN judge
+@pytest.mark.parametrize("search", ["rs", "ls", "nsga2"])
+def test_gin_judged_splitter_plans_validly_in_every_search(weights, search):
+    graph, beta = plan_graph()
+    p = plan(graph, beta, SCHEME, search=search, splitter="gin-pg", budget=8, seed=0)
+    p.validate()  # a part the GIN wrongly called valid was split again
+    assert p.info["splitter"] == "gin-pg" and p.info["invalid_groups_split"] > 0
+
+
+def test_gin_judge_asks_the_oracle_only_about_parts_kept(weights):
+    """Splitting every invalid group of several graphs: the oracle-judged tree asks about
+    each part of each cut it probes, the GIN-judged one about the parts it keeps (and any
+    it must split again), so it asks less; both covers are valid."""
+    asked = {"pg": 0, "gin-pg": 0}
+    for seed in range(4):
+        graph = random_dag(200 + seed, n_nodes=16)
+        beta = small_buffer(LBDF, graph, seed, quantile=0.9)
+        for name in asked:
+            cm = make_cost_model(graph, Accelerator(beta, SCHEME))
+            splitter = make_splitter(name, cm, 0)
+            parts = splitter.split(graph.all_nodes)
+            assert mask_of(v for p in parts for v in bits(p)) == graph.all_nodes
+            assert all(cm.is_valid(p) or p.bit_count() == 1 for p in parts)
+            asked[name] += cm.stats.misses
+        judge = splitter.judge
+        assert splitter.name == "tree[pg, gin judge]" and judge.stats.predicted > 0
+    assert asked["gin-pg"] < asked["pg"]

@@ -204,8 +204,9 @@ def test_cli_oracle_options(tmp_path):
     assert isinstance(both.exception, ConfigError) and "not both" in str(both.exception)
     script, log = tmp_path / "npu.py", tmp_path / "asked.log"
     script.write_text(PROGRAM)
-    ok = runner.invoke(cli, ["plan", str(path), "--buffer", "4KB", "-q", "--oracle",
-                             f"{sys.executable} {script} {log}", "--query-budget", "50"])  # fmt: skip
+    program = f"{sys.executable} {script} {log}"
+    args = ["plan", str(path), "--buffer", "4KB", "-q", "--oracle", program, "--query-budget", "50"]
+    ok = runner.invoke(cli, args)
     assert ok.exit_code == 0, ok.output
     assert "lower bound  none (black-box oracle)" in ok.output
     assert "search       ls" in ok.output and "(budget 50)" in ok.output

@@ -60,6 +60,9 @@ class PartJudge(Protocol):
     (docs/design.md, "Oracles")."""
 
     name: str
+    # whether a group the judge rules out is split without asking the oracle (a group it
+    # lets through is always asked, so every part kept fits)
+    screens: bool
 
     def fits(self, parts: list[Group]) -> list[bool]:
         """Whether each part fits the buffer, as far as the judge can tell."""
@@ -74,6 +77,7 @@ class OracleJudge:
     """Asks the cost model about every candidate part: exact, one query per new part."""
 
     name = "oracle"
+    screens = False
 
     def __init__(self, cost_model: CostModel) -> None:
         self.cost_model = cost_model
@@ -120,7 +124,7 @@ class _MemoSplitter:
 
     def split(self, group: Group) -> list[Group]:
         self.stats.calls += 1
-        if self.cost_model.is_valid(group) or group.bit_count() == 1:
+        if group.bit_count() == 1 or self._fits(group):
             return [group]
         cached = self._memo.get(group)
         if cached is not None:
@@ -131,6 +135,10 @@ class _MemoSplitter:
         self.stats.rectified += rectified
         self._memo[group] = parts
         return parts
+
+    def _fits(self, group: Group) -> bool:
+        """Whether ``group`` runs as it is (the oracle's word)."""
+        return self.cost_model.is_valid(group)
 
     def _split_invalid(self, group: Group) -> tuple[list[Group], bool]:
         raise NotImplementedError
@@ -191,10 +199,17 @@ class TreeSplitter(_MemoSplitter):
         parts, _, rectified = self._solve(group, 0)
         return parts, rectified
 
+    def _fits(self, group: Group) -> bool:
+        """The oracle's word, unless a screening judge rules ``group`` out unasked."""
+        cm = self.cost_model
+        if self.judge.screens and cm.known(group) is None and not self.judge.fits([group])[0]:
+            return False
+        return cm.is_valid(group)
+
     def _solve(self, group: Group, depth: int) -> tuple[list[Group], int, bool]:
         """(parts, their DRAM, rectified) for ``group``; memoised across calls."""
         cm = self.cost_model
-        if group.bit_count() == 1 or cm.is_valid(group):
+        if group.bit_count() == 1 or self._fits(group):
             return [group], cm.dram_bytes(group), True
         hit = self._solved.get(group)
         if hit is not None:
