@@ -96,10 +96,11 @@ def draw_invalid_groups(
     """Per buffer (KB): the labelling cost model and up to ``groups`` invalid groups of
     ``model`` with 8-63 ops, drawn uniformly (by ``seed``) from what
     ``fusionplan train eval MODEL --groups D --seed SEED`` draws. D starts at the eval
-    default (500) and doubles (to at most 8,000) until every buffer has ``groups`` of them.
+    default (500) and doubles (to at most 8,000) until every buffer has ``groups`` of them
+    or a doubled draw finds no new group.
     Groups holding an op that does not fit alone are left out: a search never proposes
     them (such ops run layer by layer) and no cut can fix them."""
-    draw = DEFAULT_EVAL_GROUPS
+    draw, seen = DEFAULT_EVAL_GROUPS, -1
     while True:
         plan = plan_generation(
             ".",
@@ -124,9 +125,13 @@ def draw_invalid_groups(
             cm = ctx.models[(scheme, kb * 1024)]
             bad = unfusable_nodes(cm)
             eligible[kb] = (cm, [g for g in sorted(pool) if not g & bad and not cm.is_valid(g)])
-        if draw >= MAX_DRAW or all(len(gs) >= groups for _, gs in eligible.values()):
+        if (
+            draw >= MAX_DRAW
+            or len(pool) == seen  # a small model: drawing more finds no new group
+            or all(len(gs) >= groups for _, gs in eligible.values())
+        ):
             break
-        draw *= 2
+        draw, seen = 2 * draw, len(pool)
     return {
         kb: (cm, sorted(random.Random(f"{seed}:{kb}").sample(gs, min(groups, len(gs)))))
         for kb, (cm, gs) in eligible.items()
