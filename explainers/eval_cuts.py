@@ -6,8 +6,9 @@ says which single cuts *fix* it (every part fits the buffer) and which fixing cu
 *cheapest* (least summed DRAM of its parts; equal-cost positions are all cheapest). An edge
 is fixing / cheapest when it spans such a position. A ranker is scored on its top-1 edge:
 how often it is fixing, how often cheapest -- the explainers (``gnne``, ``pg``, ``rg``), the
-cost-model ranker ``tree`` and a random edge (its expected value, the share of the group's
-edges that are fixing / cheapest, so the baseline is exact and deterministic).
+cost-model ranker ``tree``, the model-free ``middle`` edge (:class:`MiddleRanker`) and a random
+edge (its expected value, the share of the group's edges that are fixing / cheapest, so the
+baseline is exact and deterministic).
 
 Groups are drawn as ``fusionplan train eval`` draws them (:func:`draw_invalid_groups`).
 Groups that no single cut fixes (they need two or more cuts) are left out of the rates and
@@ -42,7 +43,7 @@ CUT_BUFFERS_KB: tuple[int, ...] = (64, 128, 512)
 MIN_OPS, MAX_OPS = 8, 63
 """Group sizes judged: the dataset's size bins 8-15, 16-31 and 32-63."""
 MAX_DRAW = 16 * DEFAULT_EVAL_GROUPS
-RANDOM, TREE = "random", "tree"
+RANDOM, TREE, MIDDLE = "random", "tree", "middle"
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,29 @@ def draw_invalid_groups(
         kb: (cm, sorted(random.Random(f"{seed}:{kb}").sample(gs, min(groups, len(gs)))))
         for kb, (cm, gs) in eligible.items()
     }
+
+
+class MiddleRanker:
+    """No model: edges by how far their span lies from the group's middle cut position (0
+    when they span it), ties by label. The reference a learned ranker has to beat: a long
+    edge spans many cuts, and a middle cut often leaves two parts that fit."""
+
+    name = MIDDLE
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.graph = cost_model.graph
+
+    def rank(self, group: Group) -> list[Edge]:
+        positions = topological_positions(group)
+        if not positions:
+            return []
+        middle = positions[len(positions) // 2]
+
+        def distance(edge: Edge) -> int:
+            span = positions_between(group, edge)
+            return 0 if span[0] <= middle <= span[-1] else min(abs(p - middle) for p in span)
+
+        return sorted(group_edges(self.graph, group), key=lambda e: (distance(e), e))
 
 
 def top1_hits(truth: CutTruth, ranked: Sequence[Edge]) -> tuple[float, float]:
@@ -288,13 +312,14 @@ def explain_eval(
     progress: Callable[[int, int], None] | None = None,
 ) -> CutReport:
     """The explainers of ``scheme`` (shipped or ``$FUSIONPLAN_WEIGHTS_DIR`` weights), the
-    cost-model ranker ``tree`` and a random edge, judged on ``groups`` invalid groups of
-    ``model`` per buffer."""
+    cost-model ranker ``tree``, the ``middle`` edge and a random edge, judged on ``groups``
+    invalid groups of ``model`` per buffer."""
     loaded = {kind: load_explainer(kind, scheme, seed) for kind in explainers}
     rankers: dict[str, RankerFactory] = {
         kind: (lambda cm, e=e, kind=kind: ExplainerRanker(cm, e, kind))
         for kind, e in loaded.items()
     }
     rankers[TREE] = CostModelRanker
+    rankers[MIDDLE] = MiddleRanker
     drawn = draw_invalid_groups(model, scheme, buffers_kb, groups, seed)
     return judge_rankers(drawn, rankers, progress)

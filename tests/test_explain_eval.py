@@ -26,6 +26,7 @@ pytest.importorskip("torch_geometric")
 from explainers.eval_cuts import (
     MAX_OPS,
     MIN_OPS,
+    MiddleRanker,
     cut_truth,
     draw_invalid_groups,
     judge_rankers,
@@ -76,6 +77,14 @@ def test_top1_is_the_first_ranked_edge_inside_the_group() -> None:
     assert top1_hits(truth, [(1, 2)]) == (1.0, 0.0)  # p=1 fixes at 1980 B, not the cheapest
     assert top1_hits(truth, [(6, 7), SKIP]) == (1.0, 1.0)  # (6, 7) is outside: skipped
     assert top1_hits(truth, []) == (0.0, 0.0)
+
+
+def test_middle_edge_spans_the_middle_cut_then_the_nearest() -> None:
+    # cut positions 0..4, middle 2: spanned by (0, 4) and (2, 3); (1, 2) and (3, 4) are one
+    # position away, (0, 1) and (4, 5) two; ties by label
+    order = MiddleRanker(residual(800)).rank(RES_ALL)
+    assert order == [SKIP, (2, 3), (1, 2), (3, 4), (0, 1), (4, 5)]
+    assert top1_hits(cut_truth(residual(800), RES_ALL), order) == (1.0, 1.0)
 
 
 class Fixed:
@@ -136,7 +145,7 @@ def test_command_judges_and_writes_json(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert [(d["buffer_kb"], d["groups"]) for d in data["draws"]] == [(1, 3)]
     rankers = [(s["ranker"], s["buffer_kb"]) for s in data["scores"]]
-    assert rankers == [(r, kb) for r in ("pg", "tree", "random") for kb in (1, None)]
+    assert rankers == [(r, kb) for r in ("pg", "tree", "middle", "random") for kb in (1, None)]
     for s in data["scores"]:
         assert 0 <= s["cheapest"] <= s["fixing"] <= 1  # a cheapest cut is a fixing one
 

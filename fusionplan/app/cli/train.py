@@ -132,7 +132,7 @@ def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
     "kinds",
     default="gnne,pg,rg",
     show_default=True,
-    help="Comma list of explainers judged besides tree and a random edge.",
+    help="Comma list of explainers judged besides tree, the middle edge and a random edge.",
 )
 @_SEED
 @click.option("--json", "json_path", type=OutputPath(), help="Write the scores as JSON here.")
@@ -140,8 +140,9 @@ def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
 def explain_eval_cmd(model, scheme, groups, buffers, kinds, seed, json_path, quiet) -> None:
     """Judge the explainers of a scheme by what a split needs on MODEL (zoo name or ONNX
     file): how often the top-ranked edge spans a cut after which every part fits, and the
-    cheapest such cut, against the cost-model ranker (tree) and a random edge. Groups no
-    single cut fixes are counted apart. Uses the shipped weights or $FUSIONPLAN_WEIGHTS_DIR."""
+    cheapest such cut, against the cost-model ranker (tree), the edge spanning the middle cut
+    and a random edge. Groups no single cut fixes are counted apart. Uses the shipped weights
+    or $FUSIONPLAN_WEIGHTS_DIR."""
     sizes = _buffer_sizes(buffers)
     explainers = [k.strip().lower() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in explainers if k not in EXPLAINERS.names()]
