@@ -43,6 +43,7 @@ CUT_BUFFERS_KB: tuple[int, ...] = (64, 128, 512)
 MIN_OPS, MAX_OPS = 8, 63
 """Group sizes judged: the dataset's size bins 8-15, 16-31 and 32-63."""
 MAX_DRAW = 16 * DEFAULT_EVAL_GROUPS
+"""The largest draw tried for enough invalid groups (8,000 groups of the model)."""
 RANDOM, TREE, MIDDLE = "random", "tree", "middle"
 
 
@@ -103,6 +104,7 @@ def draw_invalid_groups(
     them (such ops run layer by layer) and no cut can fix them."""
     draw, seen = DEFAULT_EVAL_GROUPS, -1
     while True:
+        # only the plan's shard specs are used: no directory is read or written
         plan = plan_generation(
             ".",
             seed=seed,
@@ -112,7 +114,7 @@ def draw_invalid_groups(
             unseen_models=[model],
             buffers_kb=buffers_kb,
             schemes=[scheme],
-        )  # fmt: skip  (no directory is touched: only the plan is used)
+        )
         pool: set[Group] = set()
         ctx = None
         for spec in plan.shards:
@@ -228,6 +230,8 @@ class RankerScore:
 
 @dataclass(frozen=True)
 class CutReport:
+    """What ``fusionplan train explain-eval`` prints and writes as JSON."""
+
     draws: tuple[DrawSummary, ...]
     scores: tuple[RankerScore, ...]
     """Per ranker, its score at every buffer, then over all buffers."""
