@@ -60,6 +60,10 @@ FILE_OPTIONS = {
         "fusionplan.app.cli.bench.run_bench",
     ),
     "zoo export -o": (["zoo", "export", "resnet18", "-o"], "fusionplan.app.cli.zoo.export_model"),
+    "train explain-eval --json": (
+        ["train", "explain-eval", "missing.onnx", "--scheme", "lbdf", "-q", "--json"],
+        "explainers.eval_cuts.explain_eval",
+    ),
 }
 DIR_OPTIONS = {
     "dataset generate -o": (

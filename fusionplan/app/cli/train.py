@@ -1,5 +1,5 @@
-"""``fusionplan train gin|pg|rg|eval``: the GIN classifier, the trainable explainers, and
-how the GIN scores on a given model."""
+"""``fusionplan train gin|pg|rg|eval|explain-eval``: the GIN classifier, the trainable
+explainers, how the GIN scores on a given model, and how the explainers point at cuts."""
 
 from __future__ import annotations
 
@@ -89,9 +89,7 @@ def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
     """Score the GIN of a scheme on MODEL (zoo name or ONNX file): accuracy, F1 and the
     false-valid rate (overflowing groups called valid) per buffer, against the cost model's
     labels. Uses the shipped weights or $FUSIONPLAN_WEIGHTS_DIR."""
-    sizes = [parse_size(b) for b in buffers.split(",") if b.strip()]
-    if not sizes or any(s % 1024 for s in sizes):
-        raise click.BadParameter(f"whole KB sizes, got {buffers!r}", param_hint="--buffers")
+    sizes = _buffer_sizes(buffers)
     # torch and torch_geometric (seconds to import) load once the options are good
     from explainers.eval_gin import evaluate_gin_on, scores_json
 
@@ -114,6 +112,80 @@ def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
         data = {"model": model, "scheme": scheme, "groups": groups, "seed": seed,
                 "scores": scores_json(scores)}  # fmt: skip
         write_text_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
+
+
+@train_group.command("explain-eval")
+@click.argument("model")
+@_SCHEME
+@click.option(
+    "--groups",
+    type=click.IntRange(min=1),
+    default=70,
+    show_default=True,
+    help="Invalid groups of 8-63 ops judged per buffer.",
+)
+@click.option(
+    "--buffers", default="64KB,128KB,512KB", show_default=True, help="Comma list of buffer sizes."
+)
+@click.option(
+    "--explainers",
+    "kinds",
+    default="gnne,pg,rg",
+    show_default=True,
+    help="Comma list of explainers judged besides tree, the middle edge and a random edge.",
+)
+@_SEED
+@click.option("--json", "json_path", type=OutputPath(), help="Write the scores as JSON here.")
+@click.option("--quiet", "-q", is_flag=True)
+def explain_eval_cmd(model, scheme, groups, buffers, kinds, seed, json_path, quiet) -> None:
+    """Judge the explainers of a scheme by what a split needs on MODEL (zoo name or ONNX
+    file): how often the top-ranked edge spans a cut after which every part fits, and the
+    cheapest such cut, against the cost-model ranker (tree), the edge spanning the middle cut
+    and a random edge. Groups no single cut fixes are counted apart. Uses the shipped weights
+    or $FUSIONPLAN_WEIGHTS_DIR."""
+    sizes = _buffer_sizes(buffers)
+    explainers = [k.strip().lower() for k in kinds.split(",") if k.strip()]
+    unknown = [k for k in explainers if k not in EXPLAINERS.names()]
+    if unknown or len(set(explainers)) != len(explainers):
+        raise click.BadParameter(
+            f"distinct names among {', '.join(EXPLAINERS.names())}, got {kinds!r}",
+            param_hint="--explainers",
+        )
+    # torch and torch_geometric (seconds to import) load once the options are good
+    from explainers.eval_cuts import explain_eval
+
+    with progress_bar(f"judging {model} ({scheme})", enabled=not quiet) as progress:
+        report = explain_eval(
+            model, scheme, groups=groups, buffers_kb=[s // 1024 for s in sizes],
+            explainers=explainers, seed=seed, progress=progress,
+        )  # fmt: skip
+    print_table(
+        ["buffer", "invalid groups", "need 2+ cuts", "mean ops", "fixing positions"],
+        [[f"{d.buffer_kb} KB", str(d.groups), str(d.needs_two_cuts), f"{d.mean_ops:.1f}",
+          f"{d.fixing_positions:.1%}"] for d in report.draws],
+        title=f"{model} ({scheme.upper()}): invalid groups judged",
+    )  # fmt: skip
+    for name in dict.fromkeys(s.ranker for s in report.scores):
+        mine = [s for s in report.scores if s.ranker == name]
+        print_table(
+            ["buffer", "groups", "top-1 fixing", "top-1 cheapest", "s / group", "GIN says valid"],
+            [["all" if s.buffer_kb is None else f"{s.buffer_kb} KB", str(s.groups),
+              f"{s.fixing:.1%}", f"{s.cheapest:.1%}", f"{s.seconds:.4f}",
+              "-" if s.gin_valid is None else str(s.gin_valid)] for s in mine],
+            title=f"{name} on {model} ({scheme.upper()})",
+        )  # fmt: skip
+    if json_path:
+        data = {"model": model, "scheme": scheme, "groups": groups, "seed": seed,
+                **report.to_json()}  # fmt: skip
+        write_text_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
+
+
+def _buffer_sizes(buffers: str) -> list[int]:
+    """--buffers as bytes: whole KB sizes, at least one."""
+    sizes = [parse_size(b) for b in buffers.split(",") if b.strip()]
+    if not sizes or any(s % 1024 for s in sizes):
+        raise click.BadParameter(f"whole KB sizes, got {buffers!r}", param_hint="--buffers")
+    return sizes
 
 
 _DATASET = click.option(
