@@ -34,9 +34,9 @@ from fusionplan.data.sampling import (
     _MAX_PARTITIONS,
     _MAX_STALE,
     _POOL_FACTOR,
-    _context,
     _load_graph,
     label_groups,
+    model_context,
     sample_groups,
 )
 from fusionplan.data.shards import (
@@ -166,7 +166,7 @@ def build_shard(spec: ShardSpec, graph: OpGraph | None = None) -> tuple[dict[str
     is loaded from ``spec.source``. Nothing is written: the driver saves the bytes, so a
     worker on another machine needs no shared file system and a killed one leaves no file.
     """
-    ctx = _context(spec, graph)
+    ctx = model_context(spec, graph)
     groups, stats = sample_groups(ctx, spec)
     arrays = label_groups(ctx, spec, groups)
     arrays["meta"] = np.array(json.dumps({"spec": spec.to_json(), "stats": stats}, sort_keys=True))

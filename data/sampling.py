@@ -41,7 +41,7 @@ _MAX_STALE = 60  # partitions in a row without a new group in the bin -> saturat
 _MAX_PARTITIONS = 4000
 
 
-class _ModelContext:
+class ModelContext:
     """Per-process cache of what sampling one model needs (graph, features, cost models)."""
 
     def __init__(
@@ -67,7 +67,7 @@ class _ModelContext:
         self.fusable_anywhere = union
 
 
-_CONTEXTS: dict[tuple, _ModelContext] = {}
+_CONTEXTS: dict[tuple, ModelContext] = {}
 
 
 def _load_graph(source: str, name: str):
@@ -79,7 +79,7 @@ def _load_graph(source: str, name: str):
     return load_zoo_model(source)
 
 
-def _context(spec: ShardSpec, graph: OpGraph | None = None) -> _ModelContext:
+def model_context(spec: ShardSpec, graph: OpGraph | None = None) -> ModelContext:
     """The spec's model, ready to sample (cached per process); ``graph`` if the caller has it,
     else loaded from ``spec.source``."""
     key = (
@@ -96,7 +96,7 @@ def _context(spec: ShardSpec, graph: OpGraph | None = None) -> _ModelContext:
         if graph_fingerprint(graph) != spec.graph_sha256:
             raise DatasetError(f"model {spec.model} changed while the dataset was generated")
         _CONTEXTS.clear()  # one model at a time per process keeps memory flat
-        ctx = _CONTEXTS[key] = _ModelContext(
+        ctx = _CONTEXTS[key] = ModelContext(
             graph, spec.buffers, spec.schemes, spec.bytes_per_element, spec.profile
         )
     return ctx
@@ -117,7 +117,7 @@ p ~ 0.05-0.15, not at p -> 0, because coarse partitions are cut apart again by u
 ops and by :func:`make_sound` (quotient cycles) or merge into one giant group."""
 
 
-def sample_groups(ctx: _ModelContext, spec: ShardSpec) -> tuple[list[int], dict[str, int]]:
+def sample_groups(ctx: ModelContext, spec: ShardSpec) -> tuple[list[int], dict[str, int]]:
     """The shard's groups (sorted bitmasks) and sampling statistics; deterministic in spec."""
     rng = random.Random(spec.shard_seed)
     graph = ctx.graph
@@ -149,7 +149,7 @@ def sample_groups(ctx: _ModelContext, spec: ShardSpec) -> tuple[list[int], dict[
     return chosen, stats
 
 
-def label_groups(ctx: _ModelContext, spec: ShardSpec, groups: Sequence[int]) -> dict[str, Any]:
+def label_groups(ctx: ModelContext, spec: ShardSpec, groups: Sequence[int]) -> dict[str, Any]:
     """The shard's arrays (see docs/dataset.md) for ``groups`` of the context's model."""
     nb = len(spec.buffers)
     xs, eis, ids = [], [], []

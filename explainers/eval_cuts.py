@@ -28,7 +28,7 @@ from explainers.eval_gin import DEFAULT_EVAL_GROUPS
 from explainers.ranking import ExplainerRanker
 from explainers.splitters import load_explainer
 from fusionplan.data.dataset import plan_generation
-from fusionplan.data.sampling import _context, sample_groups
+from fusionplan.data.sampling import model_context, sample_groups
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import Group
 from fusionplan.ir.partition import cut_at, topological_positions
@@ -119,7 +119,7 @@ def draw_invalid_groups(
         ctx = None
         for spec in plan.shards:
             if spec.lo >= MIN_OPS and spec.hi <= MAX_OPS:
-                ctx = _context(spec, plan.graphs[spec.model])
+                ctx = model_context(spec, plan.graphs[spec.model])
                 pool.update(sample_groups(ctx, spec)[0])
         if ctx is None:
             raise ConfigError(f"model {model!r} has fewer than {MIN_OPS} ops: no group to judge")
