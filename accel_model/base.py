@@ -7,6 +7,7 @@ group is computed once; searches ask about the same groups many times.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from array import array
 from dataclasses import dataclass
@@ -216,6 +217,11 @@ class CostModel(ABC):
         assert not self._memo, "share the memo before the first group is priced"
         self.__dict__["_by_shape"] = memo
         self._fact_ids = fact_ids
+
+    def answered(self, start: int = 0) -> list[tuple[Group, GroupCost]]:
+        """The groups asked about so far, in the order they were first asked, from the
+        ``start``-th on: the labels a learning judge trains on (explainers/judge.py)."""
+        return list(itertools.islice(self._memo.items(), start, None))
 
     def known(self, group: Group) -> GroupCost | None:
         """The cost of ``group`` if it was asked about already (no query counted), else

@@ -1,23 +1,35 @@
-"""The GIN as Algorithm 1's judge: candidate cuts classified without asking the oracle.
+"""The GIN as Algorithm 1's judge, learning from the oracle's answers as the search asks.
 
 The tree splitter (fusionplan/planning/split.py) probes several topological cuts per level;
-with the cost model as judge each new part of each probed cut is an oracle query. Here the
-GIN predicts whether each part fits, in batches (answers the cost model already has are
-read for free), and a cut's DRAM is estimated by its parts' compulsory traffic (io and
-weights: graph facts, no query). It also *screens*: a group it calls invalid is split
-without asking whether it fits. Only groups it calls valid are asked about, and one it
-wrongly called valid is split again, so every part kept fits; one it wrongly called invalid
-is split needlessly, which can cost DRAM, never validity (docs/design.md, "Oracles").
+with the cost model as judge each new part of each probed cut is an oracle query. The GIN
+can classify those parts in batches instead, and *screen*: split a group it calls invalid
+without asking whether it fits. Where it is wrong that costs DRAM (a valid group split) or a
+query (an invalid part kept, asked, split again), never validity: every part kept is asked.
+
+A GIN trained on other networks can be confidently wrong on a new one (issue 28: it calls
+almost every overflowing group of a NASNet stack valid under BRR). So the judge earns its
+place per model: every oracle answer the search pays for anyway is a label. Each time
+``every`` new answers have arrived the judge first scores its copy of the GIN on them
+(test-then-train: answers it has not trained on), then fine-tunes the copy on all answers so
+far. The two uses are trusted apart, by the error each one pays for: *screening* while at
+most ``max_false_invalid`` of the fitting groups were called invalid (each such mistake
+splits a group that fits: DRAM), *classifying cuts* while at most ``max_false_valid`` of the
+overflowing ones were called valid (each such mistake keeps a part that is then asked and
+split again: queries, and a worse cut). Untrusted, the judge defers to the oracle exactly as
+the plain tree; it keeps being scored, so it stops trusting itself when it drifts
+(docs/design.md, "Oracles").
 """
 
 from __future__ import annotations
 
+import copy
+import random
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch_geometric.data import Batch
+from torch_geometric.data import Batch, Data
 
 from explainers.base import VALID, torch_threads
 from explainers.ranking import group_sample
@@ -30,12 +42,33 @@ if TYPE_CHECKING:
 BATCH = 64  # groups per GIN forward pass
 
 
+@dataclass(frozen=True)
+class Adaptation:
+    """How the judge learns: fine-tune after ``every`` new oracle answers, ``steps`` Adam
+    steps of ``batch`` answers (learning rate ``lr``); each use trusted while the last
+    test-then-train score's error rate for it is at most the bound."""
+
+    every: int = 256
+    steps: int = 40
+    batch: int = 64
+    lr: float = 1e-3
+    max_false_invalid: float = 0.02  # screening
+    max_false_valid: float = 0.03  # classifying cuts
+
+
 @dataclass
 class JudgeStats:
-    known: int = 0  # parts answered from the cost model's memo (queried before)
-    predicted: int = 0  # distinct parts the GIN classified
-    batches: int = 0
-    seconds: float = 0.0
+    known: int = 0  # parts answered from the cost model's memo (asked before)
+    predicted: int = 0  # parts the GIN classified
+    batches: int = 0  # GIN forward batches (of up to BATCH groups)
+    seconds: float = 0.0  # in those batches
+    updates: int = 0  # fine-tunes
+    train_seconds: float = 0.0
+    screening_from: int = -1  # oracle answers when screening was first trusted (-1: never)
+    classifying_from: int = -1  # the same for classifying cuts
+    last_accuracy: float = 0.0  # the last test-then-train score
+    last_false_valid: float = 1.0
+    last_false_invalid: float = 1.0
 
     @property
     def ms_per_batch(self) -> float:
@@ -43,21 +76,48 @@ class JudgeStats:
 
 
 class GinJudge:
-    """:class:`~fusionplan.planning.split.PartJudge` by the GIN of the cost model's scheme."""
+    """:class:`~fusionplan.planning.split.PartJudge` by a copy of the scheme's GIN, adapted
+    to this model from the oracle's answers (the module docstring)."""
 
     name = "gin"
-    screens = True  # a group it calls invalid is split unasked
 
-    def __init__(self, cost_model: CostModel, gin: torch.nn.Module) -> None:
+    def __init__(
+        self, cost_model: CostModel, gin: torch.nn.Module, adaptation: Adaptation | None = None
+    ) -> None:
         self.cost_model = cost_model
-        self.gin = gin.eval()
+        self.adaptation = adaptation or Adaptation()
+        self.model = copy.deepcopy(gin).train(False)  # the explainers keep the original
+        for p in self.model.parameters():
+            p.requires_grad_(True)
         self.table = node_feature_table(cost_model.graph)
         self.stats = JudgeStats()
+        self.trusted_screening = False
+        self.trusted = False  # classifying cuts
         self._verdicts: dict[Group, bool] = {}
+        self._samples: dict[Group, Data] = {}
+        self._labelled: list[tuple[Group, bool]] = []
+        self._seen = 0  # oracle answers read so far
+        self._rng = random.Random(0)
+        self._opt = torch.optim.Adam(self.model.parameters(), lr=self.adaptation.lr)
+
+    def rules_out(self, group: Group) -> bool:
+        """Whether to split ``group`` without asking: only while trusted to screen, and
+        only on the GIN's word that it overflows."""
+        self._learn()
+        if not self.trusted_screening or group & (group - 1) == 0:
+            return False
+        if group not in self._verdicts:
+            self._predict([group])
+        return not self._verdicts[group]
 
     def fits(self, parts: list[Group]) -> list[bool]:
-        cm, verdicts = self.cost_model, self._verdicts
-        todo = []
+        """Untrusted to classify cuts: the oracle's word on each part. Trusted: the GIN's,
+        except where the oracle has answered already."""
+        cm = self.cost_model
+        self._learn()
+        if not self.trusted:
+            return [cm.is_valid(p) for p in parts]
+        verdicts, todo = self._verdicts, []
         for p in parts:
             if p in verdicts or p & (p - 1) == 0:
                 continue
@@ -71,22 +131,86 @@ class GinJudge:
         return [p & (p - 1) == 0 or verdicts[p] for p in parts]
 
     def dram(self, parts: list[Group]) -> int:
-        """The parts' compulsory traffic: one estimate for every cut, asked or not, so that
-        cuts compare like with like (the cut moving the fewest boundary bytes wins)."""
-        return sum(self.cost_model.compulsory(p) for p in parts)
+        """Untrusted: the oracle's DRAM. Trusted: the parts' compulsory traffic, one estimate
+        for every cut, asked or not, so that cuts compare like with like."""
+        cm = self.cost_model
+        if not self.trusted:
+            return sum(cm.dram_bytes(p) for p in parts)
+        return sum(cm.compulsory(p) for p in parts)
+
+    # -- the GIN --------------------------------------------------------------------------
+    def _sample(self, group: Group) -> Data:
+        hit = self._samples.get(group)
+        if hit is None:
+            hit = self._samples[group] = group_sample(self.cost_model, self.table, group)
+        return hit
 
     @torch.no_grad()
-    def _predict(self, groups: list[Group]) -> None:
-        """Classify ``groups`` in batches of :data:`BATCH` into the verdict memo."""
+    def _labels(self, groups: list[Group]) -> list[bool]:
+        """The GIN's verdicts on ``groups`` (valid?), in batches of :data:`BATCH`."""
+        out: list[bool] = []
         for start in range(0, len(groups), BATCH):
             chunk = groups[start : start + BATCH]
             t0 = time.perf_counter()
-            batch = Batch.from_data_list(
-                [group_sample(self.cost_model, self.table, g) for g in chunk]
-            )
+            batch = Batch.from_data_list([self._sample(g) for g in chunk])
             with torch_threads():
-                labels = self.gin(batch.x, batch.edge_index, batch.batch).argmax(-1).tolist()
-            self._verdicts.update((g, y == VALID) for g, y in zip(chunk, labels, strict=True))
+                logits = self.model(batch.x, batch.edge_index, batch.batch)
+            out += [y == VALID for y in logits.argmax(-1).tolist()]
             self.stats.seconds += time.perf_counter() - t0
             self.stats.batches += 1
-            self.stats.predicted += len(chunk)
+        return out
+
+    def _predict(self, groups: list[Group]) -> None:
+        self._verdicts.update(zip(groups, self._labels(groups), strict=True))
+        self.stats.predicted += len(groups)
+
+    # -- learning from the oracle ---------------------------------------------------------
+    def _learn(self) -> None:
+        """Score, then fine-tune on, the oracle's answers since the last update, once there
+        are ``every`` of them (single ops are not the GIN's job)."""
+        cm, a = self.cost_model, self.adaptation
+        if cm.stats.misses - self._seen < a.every:
+            return
+        fresh = [(g, c.valid) for g, c in cm.answered(self._seen) if g & (g - 1)]
+        self._seen = cm.stats.misses
+        if not fresh:
+            return
+        self._score([g for g, _ in fresh], [y for _, y in fresh])
+        self._labelled += fresh
+        self._fine_tune()
+        self._verdicts.clear()  # verdicts of the model before this update
+
+    def _score(self, groups: list[Group], truth: list[bool]) -> None:
+        guess = self._labels(groups)
+        pairs = list(zip(guess, truth, strict=True))
+        overflow = [g for g, t in pairs if not t]
+        fitting = [g for g, t in pairs if t]
+        s, a = self.stats, self.adaptation
+        s.last_accuracy = sum(g == t for g, t in pairs) / len(pairs)
+        s.last_false_valid = sum(overflow) / len(overflow) if overflow else 0.0
+        s.last_false_invalid = (len(fitting) - sum(fitting)) / len(fitting) if fitting else 0.0
+        self.trusted = bool(overflow) and s.last_false_valid <= a.max_false_valid
+        self.trusted_screening = bool(fitting) and s.last_false_invalid <= a.max_false_invalid
+        answers = self.cost_model.stats.misses
+        if self.trusted and s.classifying_from < 0:
+            s.classifying_from = answers
+        if self.trusted_screening and s.screening_from < 0:
+            s.screening_from = answers
+
+    def _fine_tune(self) -> None:
+        t0, a, data = time.perf_counter(), self.adaptation, self._labelled
+        loss_fn = torch.nn.CrossEntropyLoss()
+        self.model.train()
+        with torch_threads():
+            torch.manual_seed(self.stats.updates)
+            for _ in range(a.steps):
+                pick = [data[self._rng.randrange(len(data))] for _ in range(a.batch)]
+                batch = Batch.from_data_list([self._sample(g) for g, _ in pick])
+                y = torch.tensor([int(v) for _, v in pick])
+                loss = loss_fn(self.model(batch.x, batch.edge_index, batch.batch), y)
+                self._opt.zero_grad()
+                loss.backward()
+                self._opt.step()
+        self.model.train(False)
+        self.stats.updates += 1
+        self.stats.train_seconds += time.perf_counter() - t0

@@ -60,9 +60,11 @@ class PartJudge(Protocol):
     (docs/design.md, "Oracles")."""
 
     name: str
-    # whether a group the judge rules out is split without asking the oracle (a group it
-    # lets through is always asked, so every part kept fits)
-    screens: bool
+
+    def rules_out(self, group: Group) -> bool:
+        """Whether to split ``group`` without asking the oracle if it fits (a group not
+        ruled out is asked, so every part kept fits)."""
+        ...
 
     def fits(self, parts: list[Group]) -> list[bool]:
         """Whether each part fits the buffer, as far as the judge can tell."""
@@ -77,10 +79,12 @@ class OracleJudge:
     """Asks the cost model about every candidate part: exact, one query per new part."""
 
     name = "oracle"
-    screens = False
 
     def __init__(self, cost_model: CostModel) -> None:
         self.cost_model = cost_model
+
+    def rules_out(self, group: Group) -> bool:
+        return False
 
     def fits(self, parts: list[Group]) -> list[bool]:
         return [self.cost_model.is_valid(p) for p in parts]
@@ -200,9 +204,9 @@ class TreeSplitter(_MemoSplitter):
         return parts, rectified
 
     def _fits(self, group: Group) -> bool:
-        """The oracle's word, unless a screening judge rules ``group`` out unasked."""
+        """The oracle's word, unless the judge rules ``group`` out unasked."""
         cm = self.cost_model
-        if self.judge.screens and cm.known(group) is None and not self.judge.fits([group])[0]:
+        if cm.known(group) is None and self.judge.rules_out(group):
             return False
         return cm.is_valid(group)
 

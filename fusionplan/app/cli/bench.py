@@ -508,7 +508,7 @@ def bench_substitute_dram(
 @click.option("--schemes", default="brr", show_default=True)
 @click.option("--buffers", default="128KB", show_default=True)
 @click.option("--searches", default="rs,ls,nsga2", show_default=True)
-@click.option("--splitters", default="random,tree,gin-pg,gin-rg", show_default=True)
+@click.option("--splitters", default="random,tree,rg,gin-rg", show_default=True)
 @click.option("--seeds", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--query-budget", type=click.IntRange(min=1), default=5000, show_default=True)
 @click.option(
