@@ -278,21 +278,87 @@ def test_gin_judged_splitter_plans_validly_in_every_search(weights, search):
     assert p.info["splitter"] == "gin-pg" and p.info["invalid_groups_split"] > 0
 
 
-def test_gin_judge_asks_the_oracle_only_about_parts_kept(weights):
-    """Splitting every invalid group of several graphs: the oracle-judged tree asks about
-    each part of each cut it probes, the GIN-judged one about the parts it keeps (and any
-    it must split again), so it asks less; both covers are valid."""
-    asked = {"pg": 0, "gin-pg": 0}
+def _split_all(name, graph, beta, judge=None):
+    """Split the whole graph with splitter ``name`` (optionally another judge): the parts
+    and the oracle queries it took."""
+    cm = make_cost_model(graph, Accelerator(beta, SCHEME))
+    splitter = make_splitter(name, cm, 0)
+    if judge is not None:
+        splitter.judge = judge(cm, splitter)
+    parts = splitter.split(graph.all_nodes)
+    assert mask_of(v for p in parts for v in bits(p)) == graph.all_nodes
+    assert all(cm.is_valid(p) or p.bit_count() == 1 for p in parts)
+    return parts, cm.stats.misses, splitter
+
+
+def test_an_untrusted_gin_judge_is_the_plain_tree(weights):
+    """Before it has scored well on the oracle's answers the judge defers to the oracle:
+    the same parts and the same queries as the explainer's own tree."""
+    for seed in range(3):
+        graph = random_dag(200 + seed, n_nodes=16)
+        beta = small_buffer(LBDF, graph, seed, quantile=0.9)
+        plain, asked, _ = _split_all("pg", graph, beta)
+        judged, asked_judged, splitter = _split_all("gin-pg", graph, beta)
+        assert splitter.name == "tree[pg, gin judge]"
+        assert (judged, asked_judged) == (plain, asked)
+        assert not splitter.judge.trusted and not splitter.judge.trusted_screening
+
+
+def test_a_trusted_gin_judge_asks_only_about_parts_kept(weights):
+    """Trusted from its first score (error bounds of 1), the judge classifies the probed
+    cuts with the GIN and screens: fewer oracle queries than the plain tree, covers still
+    valid (every part kept was asked)."""
+    from explainers.judge import Adaptation, GinJudge
+
+    def trusting(cm, splitter):
+        return GinJudge(cm, splitter.judge.model, Adaptation(every=1, steps=1,
+                        max_false_invalid=1.0, max_false_valid=1.0))  # fmt: skip
+
+    asked = {"pg": 0, "gin": 0}
     for seed in range(4):
         graph = random_dag(200 + seed, n_nodes=16)
         beta = small_buffer(LBDF, graph, seed, quantile=0.9)
-        for name in asked:
-            cm = make_cost_model(graph, Accelerator(beta, SCHEME))
-            splitter = make_splitter(name, cm, 0)
-            parts = splitter.split(graph.all_nodes)
-            assert mask_of(v for p in parts for v in bits(p)) == graph.all_nodes
-            assert all(cm.is_valid(p) or p.bit_count() == 1 for p in parts)
-            asked[name] += cm.stats.misses
-        judge = splitter.judge
-        assert splitter.name == "tree[pg, gin judge]" and judge.stats.predicted > 0
-    assert asked["gin-pg"] < asked["pg"]
+        asked["pg"] += _split_all("pg", graph, beta)[1]
+        _, n, splitter = _split_all("gin-pg", graph, beta, judge=trusting)
+        asked["gin"] += n
+        stats = splitter.judge.stats
+        assert stats.updates > 0 and stats.classifying_from >= 0 and stats.predicted > 0
+    assert asked["gin"] < asked["pg"]
+
+
+def test_the_judge_is_trusted_per_use_by_the_error_that_use_pays_for(weights):
+    from explainers.judge import Adaptation, GinJudge
+
+    graph, beta = plan_graph()
+    cm = make_cost_model(graph, Accelerator(beta, SCHEME))
+    judge = GinJudge(cm, make_splitter("gin-pg", cm, 0).judge.model,
+                     Adaptation(max_false_invalid=0.25, max_false_valid=0.0))  # fmt: skip
+    truth = [True, True, True, True, False, False]
+    # one fitting group called invalid (1/4 <= 0.25: screening trusted), one overflowing
+    # group called valid (1/2 > 0: classifying cuts not trusted)
+    judge._labels = lambda groups: [True, True, True, False, True, False]
+    judge._score(list(range(3, 9)), truth)
+    s = judge.stats
+    assert (s.last_false_invalid, s.last_false_valid) == (0.25, 0.5)
+    assert s.last_accuracy == 4 / 6
+    assert judge.trusted_screening and not judge.trusted
+    judge._labels = lambda groups: list(truth)
+    judge._score(list(range(3, 9)), truth)
+    assert judge.trusted_screening and judge.trusted
+
+
+def test_the_judge_fine_tunes_its_own_copy_of_the_gin(weights):
+    from explainers.judge import Adaptation, GinJudge
+
+    graph, beta = plan_graph()
+    cm = make_cost_model(graph, Accelerator(beta, SCHEME))
+    gin = make_splitter("gin-pg", cm, 0).judge.model
+    before = [p.clone() for p in gin.parameters()]
+    judge = GinJudge(cm, gin, Adaptation(every=4, steps=3))
+    for v in range(len(graph) - 1):  # the oracle answers pairs of ops, singles and a chain
+        cm.cost((1 << v) | (1 << (v + 1)) if v % 2 else 1 << v)
+    judge.rules_out(graph.all_nodes)  # any use reads the new answers first
+    assert judge.stats.updates == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, gin.parameters(), strict=True))
+    assert any(not torch.equal(a, b) for a, b in
+               zip(before, judge.model.parameters(), strict=True))  # fmt: skip
