@@ -121,11 +121,8 @@ class PlanRequest:
                 "use --query-budget with rs, ls or nsga2"
             )
         if self.oracle is not None and (self.search in WORK_SEARCHES or self.objective != "dram"):
-            what = (
-                f"--search {self.search}"
-                if self.search in WORK_SEARCHES
-                else (f"--objective {self.objective}")
-            )
+            exact = self.search in WORK_SEARCHES
+            what = f"--search {self.search}" if exact else f"--objective {self.objective}"
             raise ConfigError(
                 f"{what} reads the built-in cost model's bounds or schedules, which a "
                 "black-box oracle does not have: use rs, ls or nsga2 with objective dram"
