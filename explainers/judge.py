@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch_geometric.data import Batch, Data
 
 from explainers.base import VALID, torch_threads
-from explainers.ranking import group_sample
+from explainers.ranking import group_batch
 from fusionplan.data.features import node_feature_table
 from fusionplan.ir.graph import Group
 
@@ -94,7 +93,6 @@ class GinJudge:
         self.trusted_screening = False
         self.trusted = False  # classifying cuts
         self._verdicts: dict[Group, bool] = {}
-        self._samples: dict[Group, Data] = {}
         self._labelled: list[tuple[Group, bool]] = []
         self._seen = 0  # oracle answers read so far
         self._rng = random.Random(0)
@@ -139,12 +137,6 @@ class GinJudge:
         return sum(cm.compulsory(p) for p in parts)
 
     # -- the GIN --------------------------------------------------------------------------
-    def _sample(self, group: Group) -> Data:
-        hit = self._samples.get(group)
-        if hit is None:
-            hit = self._samples[group] = group_sample(self.cost_model, self.table, group)
-        return hit
-
     @torch.no_grad()
     def _labels(self, groups: list[Group]) -> list[bool]:
         """The GIN's verdicts on ``groups`` (valid?), in batches of :data:`BATCH`."""
@@ -152,9 +144,9 @@ class GinJudge:
         for start in range(0, len(groups), BATCH):
             chunk = groups[start : start + BATCH]
             t0 = time.perf_counter()
-            batch = Batch.from_data_list([self._sample(g) for g in chunk])
+            x, edge_index, owner = group_batch(self.cost_model, self.table, chunk)
             with torch_threads():
-                logits = self.model(batch.x, batch.edge_index, batch.batch)
+                logits = self.model(x, edge_index, owner)
             out += [y == VALID for y in logits.argmax(-1).tolist()]
             self.stats.seconds += time.perf_counter() - t0
             self.stats.batches += 1
@@ -205,9 +197,11 @@ class GinJudge:
             torch.manual_seed(self.stats.updates)
             for _ in range(a.steps):
                 pick = [data[self._rng.randrange(len(data))] for _ in range(a.batch)]
-                batch = Batch.from_data_list([self._sample(g) for g, _ in pick])
+                x, edge_index, owner = group_batch(
+                    self.cost_model, self.table, [g for g, _ in pick]
+                )
                 y = torch.tensor([int(v) for _, v in pick])
-                loss = loss_fn(self.model(batch.x, batch.edge_index, batch.batch), y)
+                loss = loss_fn(self.model(x, edge_index, owner), y)
                 self._opt.zero_grad()
                 loss.backward()
                 self._opt.step()

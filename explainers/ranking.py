@@ -40,6 +40,24 @@ def group_sample(cost_model: CostModel, table: np.ndarray, group: Group) -> Data
     return Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(edge_index))
 
 
+def group_batch(
+    cost_model: CostModel, table: np.ndarray, groups: list[Group]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, edge_index, batch) of ``groups`` as one disjoint graph, the samples of
+    :func:`group_sample` stacked without building PyG objects (half the time of
+    ``Batch.from_data_list`` on 64 groups)."""
+    xs, edges, owner, offset = [], [], [], 0
+    for i, group in enumerate(groups):
+        x, edge_index = group_features(cost_model.graph, table, group)
+        xs.append(x)
+        edges.append(edge_index + offset)
+        owner.append(np.full(len(x), i, dtype=np.int64))
+        offset += len(x)
+    x = with_buffer(np.concatenate(xs), cost_model.beta)
+    return (torch.from_numpy(x), torch.from_numpy(np.concatenate(edges, axis=1)),
+            torch.from_numpy(np.concatenate(owner)))  # fmt: skip
+
+
 @dataclass
 class RankerStats:
     calls: int = 0
