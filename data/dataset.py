@@ -34,6 +34,7 @@ from fusionplan.data.sampling import (
     _MAX_PARTITIONS,
     _MAX_STALE,
     _POOL_FACTOR,
+    SYNTHETIC_SOURCE,
     _load_graph,
     label_groups,
     model_context,
@@ -54,6 +55,7 @@ from fusionplan.data.shards import (
     shard_seed,
     write_npz,
 )
+from fusionplan.data.synthetic import SYNTHETIC
 from fusionplan.data.zoo import (
     TRAIN_MODELS,
     UNSEEN_MODELS,
@@ -116,14 +118,18 @@ def split_quota(total: int, weights: Sequence[float]) -> list[int]:
 def _model_ref(spec: str | os.PathLike) -> tuple[str, str, str]:
     """(name, source, zoo cache file) of a model argument.
 
-    Three forms: a zoo name (``resnet18``), a zoo name at another input size
+    Four forms: a zoo name (``resnet18``), a zoo name at another input size
     (``resnet18@448``: the same torchvision network exported at 448x448, see
-    :func:`fusionplan.data.zoo.zoo_variant_path`), or an ONNX file (its name is its stem made safe
-    for shard file names, its source its absolute path). Raises ``ModelError`` for an unknown zoo
-    name or a missing file, ``ConfigError`` for a bad size.
+    :func:`fusionplan.data.zoo.zoo_variant_path`), a synthetic graph of
+    :mod:`fusionplan.data.synthetic` (``randwire-n32-s0``, ``nasnet-c3``: built where it is
+    sampled) or an ONNX file (its name is its stem made safe for shard file names, its source
+    its absolute path). Raises ``ModelError`` for an unknown zoo name or a missing file,
+    ``ConfigError`` for a bad size.
     """
 
     text = os.fspath(spec)
+    if text in SYNTHETIC:
+        return text, SYNTHETIC_SOURCE + text, ""
     if Path(text).is_file() or text.lower().endswith(".onnx"):
         path = model_source(text)  # a clear error for a missing file
         name = re.sub(r"[^A-Za-z0-9_.@-]", "_", path.stem)

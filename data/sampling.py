@@ -31,9 +31,10 @@ import numpy as np
 from accel_model import Accelerator, make_cost_model, unfusable_nodes
 from fusionplan.data.features import group_features, node_feature_table
 from fusionplan.data.shards import DatasetError, ShardSpec, graph_fingerprint
+from fusionplan.data.synthetic import SYNTHETIC
 from fusionplan.data.zoo import load_zoo_model, zoo_variant_path
 from fusionplan.ir.graph import OpGraph, bits
-from fusionplan.ir.onnx_import import load_model
+from fusionplan.ir.onnx_import import graph_from_proto, load_model
 from fusionplan.ir.partition import groups_from_cut_edges, make_sound
 
 _POOL_FACTOR = 2  # candidate pool = quota * this, then a uniform draw of quota from it
@@ -70,7 +71,12 @@ class ModelContext:
 _CONTEXTS: dict[tuple, ModelContext] = {}
 
 
+SYNTHETIC_SOURCE = "synthetic:"  # a source naming a graph built in place (data/synthetic.py)
+
+
 def _load_graph(source: str, name: str):
+    if source.startswith(SYNTHETIC_SOURCE):
+        return graph_from_proto(SYNTHETIC[source.removeprefix(SYNTHETIC_SOURCE)](), name=name)
     if os.path.isabs(source):
         return load_model(source, name=name)
     base, sep, size = source.partition("@")

@@ -336,3 +336,18 @@ def test_planning_does_not_load_dataset_generation():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False"]
     assert os.environ.get("FUSIONPLAN_CACHE_DIR")  # tests never touch the user's cache
+
+
+def test_a_synthetic_graph_is_a_dataset_model_built_where_it_is_sampled():
+    """``nasnet-c3`` (fusionplan.data.synthetic) names a model of the dataset, train eval
+    and explain-eval: no file, the same graph in every worker."""
+    from fusionplan.data.dataset import _model_ref
+    from fusionplan.data.sampling import _load_graph
+    from fusionplan.data.shards import graph_fingerprint
+    from fusionplan.data.synthetic import SYNTHETIC
+    from fusionplan.ir.onnx_import import graph_from_proto
+
+    name, source, cache = _model_ref("nasnet-c3")
+    assert (name, source, cache) == ("nasnet-c3", "synthetic:nasnet-c3", "")
+    built = graph_from_proto(SYNTHETIC["nasnet-c3"](), name="nasnet-c3")
+    assert graph_fingerprint(_load_graph(source, name)) == graph_fingerprint(built)
