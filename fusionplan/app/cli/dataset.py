@@ -6,8 +6,13 @@ from pathlib import Path
 
 import click
 
+from accel_model.accelerator import parse_size
 from fusionplan.app.cli.common import EngineOptions, OutputPath, engine_options, progress_bar
 from fusionplan.data.dataset import DEFAULT_PROCESSES, default_dataset_dir, generate_dataset
+
+
+def _items(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 @click.group("dataset")
@@ -36,12 +41,24 @@ def dataset_group() -> None:
     default=None,
     help="Groups from the unseen test models (default 2,000).",
 )
+@click.option(
+    "--models",
+    help="Comma list of training models: zoo names, ONNX files or synthetic graphs "
+    "(randwire-n32-s0, nasnet-c3, ...) (default: the zoo's nine training networks).",
+)
+@click.option(
+    "--unseen-models",
+    help="Comma list of held-out models, same forms (default ResNet-50, ResNet-152, "
+    "DeepLabV3+MBv3): hold out whole families to measure generalisation.",
+)
+@click.option("--buffers", help="Comma list of buffer sizes to label at (default 128KB,...,2MB).")
 @engine_options(default_processes=DEFAULT_PROCESSES)
 @click.option("--overwrite", is_flag=True, help="Discard an existing dataset with other settings.")
 @click.option("--quiet", "-q", is_flag=True)
 def dataset_generate(
-    output, seed, groups, unseen_groups, engine_opts: EngineOptions, overwrite, quiet
-) -> None:
+    output, seed, groups, unseen_groups, models, unseen_models, buffers,
+    engine_opts: EngineOptions, overwrite, quiet,
+) -> None:  # fmt: skip
     """Sample fusion groups from the zoo and label them under LBDF and BRR at 5 buffers.
 
     Deterministic for a seed, parallel (local processes or Ray: the bytes are the same),
@@ -51,6 +68,12 @@ def dataset_generate(
     sizes = {
         k: v for k, v in (("groups", groups), ("unseen_groups", unseen_groups)) if v is not None
     }
+    if models:
+        sizes["models"] = _items(models)
+    if unseen_models:
+        sizes["unseen_models"] = _items(unseen_models)
+    if buffers:
+        sizes["buffers_kb"] = [parse_size(b) // 1024 for b in _items(buffers)]
     out = Path(output)
     engine = engine_opts.make()
     with progress_bar("generating shards", enabled=not quiet) as progress:
