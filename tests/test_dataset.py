@@ -351,3 +351,18 @@ def test_a_synthetic_graph_is_a_dataset_model_built_where_it_is_sampled():
     assert (name, source, cache) == ("nasnet-c3", "synthetic:nasnet-c3", "")
     built = graph_from_proto(SYNTHETIC["nasnet-c3"](), name="nasnet-c3")
     assert graph_fingerprint(_load_graph(source, name)) == graph_fingerprint(built)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--buffers", "lots"], "lots"),
+    (["--models", "no_such_net"], "no_such_net"),
+])  # fmt: skip
+def test_dataset_generate_names_a_bad_model_or_buffer(tmp_path, args, message):
+    from click.testing import CliRunner
+
+    from fusionplan.app.cli import cli
+    from fusionplan.ir.errors import FusionPlanError
+
+    result = CliRunner().invoke(cli, ["dataset", "generate", "-o", str(tmp_path / "d"), *args])
+    assert isinstance(result.exception, FusionPlanError) and message in str(result.exception)
+    assert not (tmp_path / "d" / "manifest.json").exists()
