@@ -86,9 +86,10 @@ def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
 @click.option("--json", "json_path", type=OutputPath(), help="Write the scores as JSON here.")
 @click.option("--quiet", "-q", is_flag=True)
 def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
-    """Score the GIN of a scheme on MODEL (zoo name or ONNX file): accuracy, F1 and the
-    false-valid rate (overflowing groups called valid) per buffer, against the cost model's
-    labels. Uses the shipped weights or $FUSIONPLAN_WEIGHTS_DIR."""
+    """Score the GIN of a scheme on MODEL (zoo name, ONNX file or synthetic graph such as
+    nasnet-c3): accuracy, F1 and the false-valid rate (overflowing groups called valid) per
+    buffer, against the cost model's labels. Uses the shipped weights or
+    $FUSIONPLAN_WEIGHTS_DIR."""
     sizes = _buffer_sizes(buffers)
     # torch and torch_geometric (seconds to import) load once the options are good
     from explainers.eval_gin import evaluate_gin_on, scores_json
