@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,49 @@ def die_if_negative(item: int, shared: None) -> int:
     if item < 0:
         os._exit(3)
     return item
+
+
+def tell_pid_and_sleep(item: str, shared: None) -> int:
+    Path(item).write_text(str(os.getpid()))
+    time.sleep(120)
+    return 0
+
+
+DRIVER = (
+    "import sys\n"
+    "from fusionplan.engines import LocalEngine, run_tasks\n"
+    "from tests.test_engines import tell_pid_and_sleep\n"
+    "list(run_tasks(LocalEngine(2), tell_pid_and_sleep, [sys.argv[1]]))\n"
+)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"  # a zombie has exited; its new parent reaps it when it will
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_workers_exit_when_their_driver_is_killed(tmp_path):
+    """Killing a fan-out command leaves no worker computing for nobody."""
+    marker = tmp_path / "pid"
+    root = Path(__file__).resolve().parents[1]
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(marker)], cwd=root)
+    try:
+        deadline = time.monotonic() + 90
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        worker = int(marker.read_text())
+        assert _running(worker)
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 10
+    while _running(worker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _running(worker)
 
 
 # ---------------------------------------------------------------- the driver loop, inline

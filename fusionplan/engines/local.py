@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -25,12 +27,25 @@ _FN: TaskFn | None = None
 _SHARED: Any = None
 
 
-def _init_worker(fn: TaskFn, shared: Any) -> None:
-    """Once per worker process: the task function, the shared input, one torch thread."""
+DRIVER_POLL_S = 1.0  # how often a worker checks that its driver is alive
+
+
+def _init_worker(fn: TaskFn, shared: Any, driver: int) -> None:
+    """Once per worker process: the task function, the shared input, one torch thread, and
+    a watch on the driver process."""
     global _FN, _SHARED
     _FN, _SHARED = fn, shared
     os.environ.setdefault("FUSIONPLAN_TORCH_THREADS", "1")  # N processes, not N x threads
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+    threading.Thread(target=_exit_with_driver, args=(driver,), daemon=True).start()
+
+
+def _exit_with_driver(driver: int) -> None:
+    """A worker whose driver died without closing the pool (killed, or SIGTERM) would finish
+    its task for nobody and then wait forever, holding its memory: it exits instead."""
+    while os.getppid() == driver:
+        time.sleep(DRIVER_POLL_S)
+    os._exit(1)
 
 
 def _run(item: Any) -> Attempt:
@@ -97,7 +112,7 @@ class LocalEngine(Engine):
                 self.processes,
                 mp_context=context,
                 initializer=_init_worker,
-                initargs=(self._fn, self._shared),
+                initargs=(self._fn, self._shared, os.getpid()),
             )
         try:
             future = self._pool.submit(_run, item)
