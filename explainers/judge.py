@@ -193,8 +193,7 @@ class GinJudge:
         t0, a, data = time.perf_counter(), self.adaptation, self._labelled
         loss_fn = torch.nn.CrossEntropyLoss()
         self.model.train()
-        with torch_threads():
-            torch.manual_seed(self.stats.updates)
+        with torch_threads():  # no dropout in the GIN: the picks are the only randomness
             for _ in range(a.steps):
                 pick = [data[self._rng.randrange(len(data))] for _ in range(a.batch)]
                 x, edge_index, owner = group_batch(
