@@ -57,12 +57,12 @@ class _ExplainerSplitterFactory:
 
 def register_explainer(name: str, target: str, *, help: str) -> None:
     """Register the :class:`ExplainerKind` at ``"module:attr"`` and its two splitters:
-    ``name`` (Algorithm 1 over its edges) and ``gin-name`` (the same, with the GIN judging
-    the cuts it probes instead of the oracle)."""
+    ``name`` (Algorithm 1 over its edges) and ``gin-name`` (the same, with a GIN that learns
+    from the oracle's answers judging the cuts it probes, once trusted: explainers/judge.py)."""
     EXPLAINERS.register_lazy(name, target, help=help)
     SPLITTERS.register(name, _ExplainerSplitterFactory(name), help=f"Algorithm 1 over {help}")
     SPLITTERS.register(
         f"gin-{name}",
         _ExplainerSplitterFactory(name, gin_judge=True),
-        help=f"Algorithm 1 over {help}, the GIN judging the cuts (fewer oracle queries)",
+        help=f"Algorithm 1 over {help}, cuts judged by a GIN that learns from the oracle",
     )
