@@ -18,6 +18,7 @@ the built-in models' bounds, refuse it (``CostModel.white_box``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import numbers
@@ -185,22 +186,28 @@ class ProgramOracle:
         self._asked += 1
         where = f"oracle program {self.name!r}, query {self._asked}"
         try:
+            return parse_answer(self._exchange(proc, query, where), where)
+        except OracleError:
+            self._abandon()  # a program that failed once is not asked again
+            raise
+
+    def _exchange(self, proc: subprocess.Popen[str], query: dict[str, Any], where: str) -> Any:
+        """Send ``query``, read one JSON line back."""
+        try:
             proc.stdin.write(json.dumps(query, separators=(",", ":")) + "\n")  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]
         except BrokenPipeError as exc:
             raise OracleError(f"{where}: the program exited (code {proc.wait()})") from exc
         line = self._read_line(proc, where)
         try:
-            raw = json.loads(line)
+            return json.loads(line)
         except json.JSONDecodeError as exc:
             raise OracleError(f"{where}: the answer is not JSON: {line.strip()[:80]!r}") from exc
-        return parse_answer(raw, where)
 
     def _read_line(self, proc: subprocess.Popen[str], where: str) -> str:
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
             if not sel.select(self.timeout_s):
-                self.close()
                 raise OracleError(f"{where}: no answer within {self.timeout_s:g} s")
         line = proc.stdout.readline()  # type: ignore[union-attr]
         if not line:
@@ -211,13 +218,20 @@ class ProgramOracle:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        proc.stdin.close()  # type: ignore[union-attr]
+        with contextlib.suppress(BrokenPipeError):  # it may have exited already
+            proc.stdin.close()  # type: ignore[union-attr]
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
+
+    def _abandon(self) -> None:
+        """Stop a program that failed (stalled, exited, answered wrongly) at once."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+        self.close()
 
 
 def as_oracle(source: Oracle | Callable[[dict[str, Any]], Any]) -> Oracle:

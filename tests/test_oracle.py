@@ -154,7 +154,7 @@ def test_a_broken_program_is_one_line(tmp_path, body, message):
     with pytest.raises(OracleError, match=message) as err:
         plan(graph, beta, SCHEME, oracle=oracle, budget=5)
     assert "\n" not in str(err.value)
-    oracle.close()
+    assert oracle._proc is None  # stopped at once, not left running
 
 
 def test_a_missing_program_or_callable_is_named():

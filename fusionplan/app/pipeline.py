@@ -158,6 +158,12 @@ class Pipeline:
     search: Search
 
     def run(self, progress: Callable[[int], None] | None = None) -> Plan:
+        try:
+            return self._run(progress)
+        finally:
+            self.cost_model.close()  # an oracle's program stops with the run, failed or not
+
+    def _run(self, progress: Callable[[int], None] | None) -> Plan:
         request = self.request
         started = time.perf_counter()
         result = self.search.run(self.problem, request.seed, progress)
@@ -171,10 +177,7 @@ class Pipeline:
         left = None if cap is None else max(cap - (time.perf_counter() - started), 1e-6)
         if self.cost_model.white_box:  # a black box proves nothing beyond what it answered
             result.certificate = certify(self.problem, result, request.bound_effort, left)
-        try:
-            return self.problem.to_plan(result.best, result).validate()
-        finally:
-            self.cost_model.close()
+        return self.problem.to_plan(result.best, result).validate()
 
 
 def assemble(
