@@ -13,7 +13,8 @@ Two kinds of black box: :class:`CallableOracle` (a Python function) and
 :class:`ProgramOracle` (an external program speaking JSON lines on stdin/stdout, started once
 and kept running). A black box proves nothing about groups it was not asked about, so the
 exact search, ``auto``, ``lns`` and the certificate, which reason about every group through
-the built-in models' bounds, refuse it (``CostModel.white_box``).
+the built-in models' bounds, are refused with one (``PlanRequest.check``), and a plan
+priced by one has no bound, energy or schedules (``CostModel.white_box``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import math
 import numbers
+import os
 import selectors
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -123,7 +127,7 @@ def parse_answer(raw: Any, where: str) -> OracleAnswer:
 
 
 def _bytes(value: Any, key: str, where: str) -> int:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or value != int(value):
         raise OracleError(f"{where}: '{key}' must be a whole number of bytes >= 0, got {value!r}")
     return int(value)
@@ -160,8 +164,10 @@ class CallableOracle:
 class ProgramOracle:
     """An external program as an oracle: started once, it reads one query per line on
     stdin and writes one answer per line on stdout, both JSON (its stderr passes through).
-    ``timeout_s`` bounds each answer; a program that exits, stalls or writes something else
-    is an :class:`OracleError`."""
+    ``timeout_s`` bounds each exchange, sending the query and reading the whole answer line;
+    a program that exits, stalls or writes something else than an answer is an
+    :class:`OracleError` and is stopped. One line per query is the contract: a program that
+    writes two answers for one query is read one query behind."""
 
     def __init__(self, command: str | list[str], timeout_s: float = 60.0) -> None:
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
@@ -169,17 +175,18 @@ class ProgramOracle:
             raise OracleError("oracle program: the command is empty")
         self.name = shlex.join(self.argv)
         self.timeout_s = timeout_s
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._asked = 0
 
-    def _start(self) -> subprocess.Popen[str]:
+    def _start(self) -> subprocess.Popen[bytes]:
         try:
-            self._proc = subprocess.Popen(
-                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
-            )
+            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
             raise OracleError(f"oracle program {self.name!r} cannot start: {exc}") from exc
-        return self._proc
+        for pipe in (proc.stdin, proc.stdout):  # a stalled program must not block us
+            os.set_blocking(pipe.fileno(), False)  # type: ignore[union-attr]
+        self._proc = proc
+        return proc
 
     def ask(self, query: dict[str, Any]) -> OracleAnswer:
         proc = self._proc or self._start()
@@ -191,28 +198,49 @@ class ProgramOracle:
             self._abandon()  # a program that failed once is not asked again
             raise
 
-    def _exchange(self, proc: subprocess.Popen[str], query: dict[str, Any], where: str) -> Any:
-        """Send ``query``, read one JSON line back."""
+    def _exchange(self, proc: subprocess.Popen[bytes], query: dict[str, Any], where: str) -> Any:
+        """Send ``query`` and read one JSON line back, both within ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        self._send(
+            proc, (json.dumps(query, separators=(",", ":")) + "\n").encode(), deadline, where
+        )
+        line = self._receive(proc, deadline, where)
         try:
-            proc.stdin.write(json.dumps(query, separators=(",", ":")) + "\n")  # type: ignore[union-attr]
-            proc.stdin.flush()  # type: ignore[union-attr]
-        except BrokenPipeError as exc:
-            raise OracleError(f"{where}: the program exited (code {proc.wait()})") from exc
-        line = self._read_line(proc, where)
-        try:
-            return json.loads(line)
-        except json.JSONDecodeError as exc:
+            return json.loads(line, parse_constant=_no_constant)
+        except ValueError as exc:  # not JSON, or NaN / Infinity
             raise OracleError(f"{where}: the answer is not JSON: {line.strip()[:80]!r}") from exc
 
-    def _read_line(self, proc: subprocess.Popen[str], where: str) -> str:
+    def _send(
+        self, proc: subprocess.Popen[bytes], data: bytes, deadline: float, where: str
+    ) -> None:
+        fd = proc.stdin.fileno()  # type: ignore[union-attr]
         with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
-            if not sel.select(self.timeout_s):
-                raise OracleError(f"{where}: no answer within {self.timeout_s:g} s")
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise OracleError(f"{where}: the program exited (code {proc.wait()}) without answering")
-        return line
+            sel.register(fd, selectors.EVENT_WRITE)
+            while data:
+                if not sel.select(max(deadline - time.monotonic(), 0)):
+                    raise OracleError(
+                        f"{where}: the program took no query for {self.timeout_s:g} s"
+                    )
+                try:
+                    data = data[os.write(fd, data) :]
+                except BrokenPipeError as exc:
+                    raise OracleError(f"{where}: the program exited (code {proc.wait()})") from exc
+
+    def _receive(self, proc: subprocess.Popen[bytes], deadline: float, where: str) -> str:
+        fd, chunks = proc.stdout.fileno(), []  # type: ignore[union-attr]
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while not chunks or not chunks[-1].endswith(b"\n"):
+                if not sel.select(max(deadline - time.monotonic(), 0)):
+                    raise OracleError(f"{where}: no answer within {self.timeout_s:g} s")
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    code = proc.wait()
+                    raise OracleError(
+                        f"{where}: the program exited (code {code}) without answering"
+                    )
+                chunks.append(chunk)
+        return b"".join(chunks).decode(errors="replace")
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -232,6 +260,10 @@ class ProgramOracle:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
         self.close()
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number of bytes")
 
 
 def as_oracle(source: Oracle | Callable[[dict[str, Any]], Any]) -> Oracle:

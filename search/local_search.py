@@ -108,6 +108,8 @@ class LocalSearch:
             offer(cand)
         n_init = min(cfg.initial or top_k, problem.remaining)
         for _ in range(n_init):
+            if problem.remaining < 1:  # the query budget ran out while starting
+                break
             offer(observe(problem.evaluate_cuts(problem.random_cuts(rng))))
 
         tournament = cfg.selection == "tournament"

@@ -256,18 +256,20 @@ def _run_pymoo(cfg: NSGA2Config, problem: FusionProblem, seed: int, rec: Recorde
     algorithm.setup(pproblem, termination=NoTermination(), seed=seed, verbose=False)
     rng = algorithm.random_state
     generations = immigrant_batches = 0
-    while problem.remaining > 0:
+    while (room := problem.remaining) > 0:
         if algorithm.is_initialized:
-            algorithm.n_offsprings = min(pop_size, problem.remaining)
+            algorithm.n_offsprings = min(pop_size, room)
         infills = algorithm.ask()
         if infills is None or len(infills) == 0:
             # duplicate elimination found nothing new: bring in random immigrants
             algorithm.termination.force_termination = False
-            n = min(pop_size, problem.remaining)
+            n = min(pop_size, room)
             X = repair_op.do(sampling_op.do(n, n_var, rng))
             infills = Population.new("X", X)
             immigrant_batches += 1
-        infills = infills[: problem.remaining]  # never needed; a guard for exactness
+        # the room before ask: its repair may spend the query budget, and the generation
+        # it paid for is still proposed (the plan budget: never needed, a guard)
+        infills = infills[:room]
         algorithm.evaluator.eval(pproblem, infills, algorithm=algorithm)
         algorithm.tell(infills=infills)
         generations += 1

@@ -345,6 +345,11 @@ def test_the_judge_is_trusted_per_use_by_the_error_that_use_pays_for(weights):
     judge._labels = lambda groups: list(truth)
     judge._score(list(range(3, 9)), truth)
     assert judge.trusted_screening and judge.trusted
+    # a judge that drifts loses its trust at the next score: 2 of 4 fitting called invalid
+    judge._labels = lambda groups: [False, False, True, True, False, False]
+    judge._score(list(range(3, 9)), truth)
+    assert not judge.trusted_screening and judge.trusted
+    assert (judge.stats.screening_from, judge.stats.classifying_from) == (0, 0)
 
 
 def test_the_judge_fine_tunes_its_own_copy_of_the_gin(weights):

@@ -92,6 +92,8 @@ def test_group_query_describes_the_group_and_its_boundary():
         ({"fits": "yes", "dram_bytes": 3}, "'fits' must be true or false"),
         ({"fits": True, "dram_bytes": -1}, "'dram_bytes' must be a whole number"),
         ({"fits": True, "dram_bytes": 2.5}, "'dram_bytes' must be a whole number"),
+        ({"fits": True, "dram_bytes": float("inf")}, "'dram_bytes' must be a whole number"),
+        ({"fits": True, "dram_bytes": float("nan")}, "'dram_bytes' must be a whole number"),
         (7, "expected an object"),
     ],
 )
@@ -144,6 +146,11 @@ def test_a_program_oracle_plans_with_its_own_rule_and_is_asked_once_per_group(tm
         ("print('hello', flush=True)", "the answer is not JSON"),
         ("sys.exit(3)", "exited"),
         ("import time; time.sleep(30)", "no answer within 0.5 s"),
+        (
+            "import time; sys.stdout.write('{\"fits\": true'); sys.stdout.flush(); time.sleep(30)",
+            "no answer within 0.5 s",
+        ),  # half a line, then a stall
+        ('print(\'{"fits": true, "dram_bytes": NaN}\', flush=True)', "not JSON"),
     ],
 )
 def test_a_broken_program_is_one_line(tmp_path, body, message):

@@ -202,10 +202,14 @@ def assemble(
         options.setdefault("time_limit_s", request.time_limit_s)
     search = make_search(request.search, **options)
     objective = make_objective(request.objective, cost_model, request.hardware)
-    problem = FusionProblem(
-        cost_model, splitter, request.budget, objective=objective,
-        query_budget=request.query_budget,
-    )  # fmt: skip
+    try:  # the problem asks about single ops: an oracle's program starts here
+        problem = FusionProblem(
+            cost_model, splitter, request.budget, objective=objective,
+            query_budget=request.query_budget,
+        )  # fmt: skip
+    except BaseException:
+        cost_model.close()
+        raise
     return Pipeline(request, graph, cost_model, splitter, problem, search)
 
 

@@ -394,7 +394,9 @@ class Plan:
             f"lower bound  {m.lower_bound_bytes / MB:.3f} MB ({m.bound_method}), gap {m.gap:.2%}"
             if self.cost_model.white_box
             else f"lower bound  {m.bound_method}",
-            f"MBU          {m.mbu_kb:.1f} KB",
+            f"MBU          {m.mbu_kb:.1f} KB"
+            if self.cost_model.white_box or m.mbu_bytes
+            else "MBU          unknown (the oracle gave no buffer sizes)",
         ]
         for record in self.prepasses:
             lines.append(f"{'prepass':<12} {record.name}: {record.summary}")

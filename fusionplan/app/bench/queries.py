@@ -38,7 +38,7 @@ HARD_CELLS = ("densenet121", "googlenet", "inception_v3", "randwire-n32-s0", "na
 
 @dataclass(frozen=True)
 class QueriesConfig:
-    """What runs per cell and how far; every field is in each row's key."""
+    """What runs per cell and how far."""
 
     schemes: tuple[str, ...] = ("brr",)
     buffers: tuple[str, ...] = ("128KB",)
@@ -68,7 +68,9 @@ class QueriesConfig:
         return out
 
     def key(self, run: str) -> str:
-        return f"queries|{run}|{self.query_budget}"
+        """The run and what bounds it (the checkpoints only read a row, so they are not in
+        it: a rerun reading at other counts reuses the rows)."""
+        return f"queries|{run}|{self.query_budget}|{self.plan_budget}"
 
 
 def measure(run: str, config: QueriesConfig) -> Row:

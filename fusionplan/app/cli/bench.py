@@ -540,8 +540,8 @@ def bench_queries(models, schemes, buffers, searches, splitters, seeds, query_bu
         searches=_names(searches) or (), splitters=_names(splitters) or (),
         seeds=tuple(range(seeds)), query_budget=query_budget, checkpoints=marks,
     )  # fmt: skip
-    for search in config.searches:
-        PlanRequest(search=search, query_budget=query_budget).check()
+    for search, buffer in ((se, b) for se in config.searches for b in config.buffers):
+        PlanRequest(search=search, buffer=buffer, query_budget=query_budget).check()
     for splitter, scheme in ((sp, sc) for sp in config.splitters for sc in config.schemes):
         PlanRequest(splitter=splitter, scheme=scheme).check()
     report_path = Path(out_dir) / "queries.md"

@@ -22,7 +22,12 @@ from rich.progress import (
 from rich.table import Table
 
 from accel_model import COST_MODELS, Accelerator
-from accel_model.accelerator import DEFAULT_PE_UNROLL, PROFILES, SINGLE_LAYER_CONVENTIONS
+from accel_model.accelerator import (
+    DEFAULT_PE_UNROLL,
+    PROFILES,
+    SINGLE_LAYER_CONVENTIONS,
+    parse_size,
+)
 from accel_model.description import hardware_from, read_description
 from accel_model.objectives import OBJECTIVES
 from accel_model.oracle import CallableOracle, Oracle, ProgramOracle
@@ -124,6 +129,14 @@ def check_distinct_outputs(outputs: Mapping[str, str | None]) -> None:
                 f"{seen[key]} and {option} both name {path}: give each output its own file"
             )
         seen[key] = option
+
+
+def whole_kb_sizes(buffers: str) -> list[int]:
+    """--buffers as bytes: whole KB sizes, at least one (the dataset labels by KB)."""
+    sizes = [parse_size(b) for b in buffers.split(",") if b.strip()]
+    if not sizes or any(s % 1024 for s in sizes):
+        raise click.BadParameter(f"whole KB sizes, got {buffers!r}", param_hint="--buffers")
+    return sizes
 
 
 def scheme_option(**kwargs: Any):

@@ -6,8 +6,13 @@ from pathlib import Path
 
 import click
 
-from accel_model.accelerator import parse_size
-from fusionplan.app.cli.common import EngineOptions, OutputPath, engine_options, progress_bar
+from fusionplan.app.cli.common import (
+    EngineOptions,
+    OutputPath,
+    engine_options,
+    progress_bar,
+    whole_kb_sizes,
+)
 from fusionplan.data.dataset import DEFAULT_PROCESSES, default_dataset_dir, generate_dataset
 
 
@@ -73,7 +78,7 @@ def dataset_generate(
     if unseen_models:
         sizes["unseen_models"] = _items(unseen_models)
     if buffers:
-        sizes["buffers_kb"] = [parse_size(b) // 1024 for b in _items(buffers)]
+        sizes["buffers_kb"] = [b // 1024 for b in whole_kb_sizes(buffers)]
     out = Path(output)
     engine = engine_opts.make()
     with progress_bar("generating shards", enabled=not quiet) as progress:

@@ -8,10 +8,15 @@ from pathlib import Path
 
 import click
 
-from accel_model.accelerator import parse_size
 from explainers import EXPLAINERS
 from explainers.checkpoints import weights_dir
-from fusionplan.app.cli.common import OutputPath, print_table, progress_bar, scheme_option
+from fusionplan.app.cli.common import (
+    OutputPath,
+    print_table,
+    progress_bar,
+    scheme_option,
+    whole_kb_sizes,
+)
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.io import write_text_atomic
 
@@ -90,7 +95,7 @@ def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
     nasnet-c3): accuracy, F1 and the false-valid rate (overflowing groups called valid) per
     buffer, against the cost model's labels. Uses the shipped weights or
     $FUSIONPLAN_WEIGHTS_DIR."""
-    sizes = _buffer_sizes(buffers)
+    sizes = whole_kb_sizes(buffers)
     # torch and torch_geometric (seconds to import) load once the options are good
     from explainers.eval_gin import evaluate_gin_on, scores_json
 
@@ -144,7 +149,7 @@ def explain_eval_cmd(model, scheme, groups, buffers, kinds, seed, json_path, qui
     cheapest such cut, against the cost-model ranker (tree), the edge spanning the middle cut
     and a random edge. Groups no single cut fixes are counted apart. Uses the shipped weights
     or $FUSIONPLAN_WEIGHTS_DIR."""
-    sizes = _buffer_sizes(buffers)
+    sizes = whole_kb_sizes(buffers)
     explainers = [k.strip().lower() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in explainers if k not in EXPLAINERS.names()]
     if unknown or len(set(explainers)) != len(explainers):
@@ -179,14 +184,6 @@ def explain_eval_cmd(model, scheme, groups, buffers, kinds, seed, json_path, qui
         data = {"model": model, "scheme": scheme, "groups": groups, "seed": seed,
                 **report.to_json()}  # fmt: skip
         write_text_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
-
-
-def _buffer_sizes(buffers: str) -> list[int]:
-    """--buffers as bytes: whole KB sizes, at least one."""
-    sizes = [parse_size(b) for b in buffers.split(",") if b.strip()]
-    if not sizes or any(s % 1024 for s in sizes):
-        raise click.BadParameter(f"whole KB sizes, got {buffers!r}", param_hint="--buffers")
-    return sizes
 
 
 _DATASET = click.option(
