@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -217,3 +218,16 @@ def test_cli_oracle_options(tmp_path):
     assert ok.exit_code == 0, ok.output
     assert "lower bound  none (black-box oracle)" in ok.output
     assert "search       ls" in ok.output and "(budget 50)" in ok.output
+
+
+def test_the_example_oracle_program_plans_by_its_rule():
+    """docs/examples/oracle_npu.py, the README's oracle: every fused group holds what it
+    touches within the buffer, and the plan's DRAM is what the program charges."""
+    example = Path(__file__).resolve().parents[1] / "docs" / "examples" / "oracle_npu.py"
+    graph, beta = setting(5, 14)
+    p = plan(graph, beta, SCHEME, oracle=ProgramOracle([sys.executable, str(example)]), budget=30)
+    cm = p.cost_model
+    fused = [g for g in p.groups if g.bit_count() > 1]
+    assert fused and all(cm.cost(g).buffer <= beta and cm.cost(g).valid for g in fused)
+    held = sum(cm.io_elements(g) + cm.weight_elements(g) for g in p.groups)  # b = 1
+    assert p.metrics.dram_bytes == held
