@@ -34,6 +34,7 @@ from explainers.base import VALID, torch_threads
 from explainers.ranking import group_batch
 from fusionplan.data.features import node_feature_table
 from fusionplan.ir.graph import Group
+from fusionplan.planning.split import OracleJudge
 
 if TYPE_CHECKING:
     from accel_model.base import CostModel
@@ -57,7 +58,6 @@ class Adaptation:
 
 @dataclass
 class JudgeStats:
-    known: int = 0  # parts answered from the cost model's memo (asked before)
     predicted: int = 0  # parts the GIN classified
     batches: int = 0  # GIN forward batches (of up to BATCH groups)
     seconds: float = 0.0  # in those batches
@@ -84,6 +84,7 @@ class GinJudge:
         self, cost_model: CostModel, gin: torch.nn.Module, adaptation: Adaptation | None = None
     ) -> None:
         self.cost_model = cost_model
+        self._oracle = OracleJudge(cost_model)  # what the judge defers to while untrusted
         self.adaptation = adaptation or Adaptation()
         self.model = copy.deepcopy(gin).train(False)  # the explainers keep the original
         for p in self.model.parameters():
@@ -104,6 +105,8 @@ class GinJudge:
         self._learn()
         if not self.trusted_screening or group & (group - 1) == 0:
             return False
+        if self.cost_model.known(group) is not None:
+            return False  # asked before: its answer is free and final
         if group not in self._verdicts:
             self._predict([group])
         return not self._verdicts[group]
@@ -114,14 +117,13 @@ class GinJudge:
         cm = self.cost_model
         self._learn()
         if not self.trusted:
-            return [cm.is_valid(p) for p in parts]
+            return self._oracle.fits(parts)
         verdicts, todo = self._verdicts, []
         for p in parts:
             if p in verdicts or p & (p - 1) == 0:
                 continue
             known = cm.known(p)
             if known is not None:
-                self.stats.known += 1
                 verdicts[p] = known.valid
             else:
                 todo.append(p)
@@ -131,10 +133,9 @@ class GinJudge:
     def dram(self, parts: list[Group]) -> int:
         """Untrusted: the oracle's DRAM. Trusted: the parts' compulsory traffic, one estimate
         for every cut, asked or not, so that cuts compare like with like."""
-        cm = self.cost_model
         if not self.trusted:
-            return sum(cm.dram_bytes(p) for p in parts)
-        return sum(cm.compulsory(p) for p in parts)
+            return self._oracle.dram(parts)
+        return sum(self.cost_model.compulsory(p) for p in parts)
 
     # -- the GIN --------------------------------------------------------------------------
     @torch.no_grad()

@@ -62,8 +62,8 @@ class PartJudge(Protocol):
     name: str
 
     def rules_out(self, group: Group) -> bool:
-        """Whether to split ``group`` without asking the oracle if it fits (a group not
-        ruled out is asked, so every part kept fits)."""
+        """Whether to split ``group`` without asking the oracle if it fits (never a group
+        the oracle has answered; a group not ruled out is asked, so every part kept fits)."""
         ...
 
     def fits(self, parts: list[Group]) -> list[bool]:
@@ -205,10 +205,7 @@ class TreeSplitter(_MemoSplitter):
 
     def _fits(self, group: Group) -> bool:
         """The oracle's word, unless the judge rules ``group`` out unasked."""
-        cm = self.cost_model
-        if cm.known(group) is None and self.judge.rules_out(group):
-            return False
-        return cm.is_valid(group)
+        return not self.judge.rules_out(group) and self.cost_model.is_valid(group)
 
     def _solve(self, group: Group, depth: int) -> tuple[list[Group], int, bool]:
         """(parts, their DRAM, rectified) for ``group``; memoised across calls."""

@@ -121,10 +121,6 @@ def measure(run: str, config: QueriesConfig) -> Row:
     return row
 
 
-def _measure_task(run: str, config: QueriesConfig) -> Row:
-    return measure(run, config)
-
-
 def best_at(trace: Sequence[Sequence[int]], queries: int) -> int | None:
     """The best DRAM a run had found after ``queries`` oracle queries (None: no plan yet)."""
     found = [dram for q, dram in trace if q <= queries]
@@ -277,6 +273,6 @@ def run_bench(
         return f"{pre}\n\n{markdown(rows, config)}\n\n{found}"
 
     return run_spliced(
-        runs, config.key, _measure_task, config, out_dir, report_path, section,
+        runs, config.key, measure, config, out_dir, report_path, section,
         begin=BEGIN, end=END, engine=engine, progress=progress,
     )  # fmt: skip

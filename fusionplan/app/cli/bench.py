@@ -59,6 +59,7 @@ from fusionplan.app.cli.common import (
     EngineOptions,
     OutputPath,
     check_distinct_outputs,
+    comma_list,
     engine_options,
     print_table,
     progress_bar,
@@ -76,10 +77,6 @@ from fusionplan.passes.substitution.search.base import (
     DEFAULT_BUDGET as DEFAULT_SUBSTITUTION_BUDGET,
 )
 from fusionplan.planning.split import SPLITTERS
-
-
-def _names(value: str | None) -> tuple[str, ...] | None:
-    return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
 
 
 @click.group("bench", invoke_without_command=True)
@@ -134,12 +131,12 @@ def bench_group(
     overrides = {
         k: v
         for k, v in dict(
-            experiments=_names(only),
+            experiments=comma_list(only),
             seeds=seeds,
             large_budget=budget_large,
             small_budget=budget_small,
             fig5_budget=budget_fig5,
-            splitters=_names(splitters),
+            splitters=comma_list(splitters),
         ).items()
         if v is not None
     }
@@ -264,8 +261,8 @@ def bench_catalogue(
     check_output_path(out_dir, directory=True)
     report_path = check_output_path(Path(out_dir) / "catalogue.md" if report is None else report)
     config = CatalogueConfig(
-        schemes=_names(schemes) or (),
-        buffers=_names(buffers) or (),
+        schemes=comma_list(schemes) or (),
+        buffers=comma_list(buffers) or (),
         search=search_name,
         splitter=splitter,
         budget=budget,
@@ -276,7 +273,7 @@ def bench_catalogue(
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     with progress_bar("catalogue models", enabled=not quiet) as progress:
         rows = run_catalogue(
-            _names(models) or catalogue_models(),
+            comma_list(models) or catalogue_models(),
             config,
             out_dir,
             report_path,
@@ -323,7 +320,7 @@ def bench_substitute_catalogue(
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     with progress_bar("models", enabled=not quiet) as progress:
         rows = run_substitute_catalogue(
-            _names(models) or catalogue_models(),
+            comma_list(models) or catalogue_models(),
             config,
             out_dir,
             report_path,
@@ -353,7 +350,7 @@ def bench_sweeps(models, schemes, buffers, search_name, budget, seed) -> None:
     rows = [
         sweep_model(m, s, sizes, search=search_name, budget=budget, seed=seed)
         for m in names
-        for s in _names(schemes) or ()
+        for s in comma_list(schemes) or ()
     ]
     # markdown, one row per curve: the table goes into docs/results.md as is
     click.echo(
@@ -387,7 +384,7 @@ def bench_batching(workloads, batch_sizes, hiddens, repeats, out, plot_path) -> 
     # torch (seconds to import) loads when the bench runs, not for `bench --help`
     from fusionplan.app.bench import batching
 
-    names = list(_names(workloads) or ())
+    names = list(comma_list(workloads) or ())
     for name in names:
         get_workload(name)  # an unknown name fails before any work
     sizes = [int(v) for v in batch_sizes.split(",") if v.strip()]
@@ -427,11 +424,11 @@ def bench_substitute(models, searches, depths, budget, repeats, out_dir) -> None
     """Every substitution search on CNNs, a BERT-like encoder and ResNet-block stacks:
     analytic H100 cost reached, search time, graphs, peak memory, and the measured
     onnxruntime CPU latency of the original and the rewritten model."""
-    names = list(_names(models) or ())
-    chosen = list(_names(searches) or ())
+    names = list(comma_list(models) or ())
+    chosen = list(comma_list(searches) or ())
     for name in chosen:
         REWRITE_SEARCHES.check(name)
-    ks = [int(k) for k in _names(depths) or ()]
+    ks = [int(k) for k in comma_list(depths) or ()]
     cells = run_substitution_bench(
         names,
         chosen,
@@ -487,7 +484,7 @@ def bench_substitute_dram(
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     with progress_bar("substitute-dram models", enabled=not quiet) as progress:
         rows = run_dram_bench(
-            _names(models) or catalogue_models(),
+            comma_list(models) or catalogue_models(),
             config,
             out_dir,
             report_path,
@@ -532,12 +529,12 @@ def bench_queries(models, schemes, buffers, searches, splitters, seeds, query_bu
     """Best DRAM against oracle queries (issue 28): random, tree and GNN-guided splitting
     inside rs, ls and nsga2 under one query budget, auto's plan as each cell's reference."""
     try:
-        marks = tuple(int(c) for c in _names(checkpoints) or ())
+        marks = tuple(int(c) for c in comma_list(checkpoints) or ())
     except ValueError:
         raise ConfigError(f"--checkpoints must be whole numbers, got {checkpoints!r}") from None
     config = QueriesConfig(
-        schemes=_names(schemes) or (), buffers=_names(buffers) or (),
-        searches=_names(searches) or (), splitters=_names(splitters) or (),
+        schemes=comma_list(schemes) or (), buffers=comma_list(buffers) or (),
+        searches=comma_list(searches) or (), splitters=comma_list(splitters) or (),
         seeds=tuple(range(seeds)), query_budget=query_budget, checkpoints=marks,
     )  # fmt: skip
     for search, buffer in ((se, b) for se in config.searches for b in config.buffers):
@@ -548,7 +545,7 @@ def bench_queries(models, schemes, buffers, searches, splitters, seeds, query_bu
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     with progress_bar("queries runs", enabled=not quiet) as progress:
         rows = run_queries_bench(
-            _names(models) or (), config, out_dir, report_path,
+            comma_list(models) or (), config, out_dir, report_path,
             engine=engine_opts.make(), command=command or "fusionplan bench queries",
             progress=progress,
         )  # fmt: skip
@@ -574,7 +571,7 @@ def bench_streams(models, repeats, no_execute, out_dir) -> None:
     here (a thread per stream on the CPU; eager, CUDA Graph and multi-stream CUDA Graph on
     a GPU)."""
     cells = run_streams_bench(
-        list(_names(models) or ()),
+        list(comma_list(models) or ()),
         Path(out_dir),
         repeats=repeats,
         execute=not no_execute,
@@ -598,7 +595,7 @@ def bench_scaling(source, cores, scale) -> None:
     """Project a finished job (a dataset directory or a bench --out directory) onto more
     cores from its measured task times and serial driver work (Amdahl, LPT scheduling)."""
     counts = []
-    for c in _names(cores) or ():
+    for c in comma_list(cores) or ():
         if not c.isdigit() or int(c) < 1:
             raise ConfigError(f"--cores wants whole numbers >= 1, got {c!r}")
         counts.append(int(c))
@@ -643,12 +640,12 @@ def bench_certified(models, schemes, buffers, ls_budget, exact_limit, out_dir, r
     the optimum where a longer exact search proves it (docs/design.md, "Certified plans")."""
     report = report or str(Path(out_dir) / "certified.md")
     config = CertifiedConfig(
-        schemes=_names(schemes) or (),
-        buffers=_names(buffers) or (),
+        schemes=comma_list(schemes) or (),
+        buffers=comma_list(buffers) or (),
         ls_budget=ls_budget,
         exact_limit_s=exact_limit,
     )
-    names = _names(models) or certified_models()
+    names = comma_list(models) or certified_models()
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     with progress_bar("certified cells", enabled=not quiet) as progress:
         rows = run_certified(
@@ -686,9 +683,9 @@ def bench_exact(models, schemes, buffers, time_limit, out_dir, report):
     report = report or str(Path(out_dir) / "exact.md")
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None
     rows = run_exact_table(
-        _names(models) or zoo_names(),
-        _names(schemes) or (),
-        _names(buffers) or (),
+        comma_list(models) or zoo_names(),
+        comma_list(schemes) or (),
+        comma_list(buffers) or (),
         time_limit,
         out_dir,
         report,
@@ -740,9 +737,9 @@ def bench_determinism(
     repeated, under a CPU hog, and swept on the local engine and on Ray."""
     cells = tuple(
         (m, s, b)
-        for m in (_names(models) or DETERMINISM_MODELS)
-        for s in (_names(schemes) or ())
-        for b in (_names(buffers) or ())
+        for m in (comma_list(models) or DETERMINISM_MODELS)
+        for s in (comma_list(schemes) or ())
+        for b in (comma_list(buffers) or ())
     )
     for _, scheme, buffer in cells[:1]:
         PlanRequest(buffer=buffer, scheme=scheme, effort=effort).check()
@@ -916,29 +913,29 @@ def bench_fidelity(
     closed forms against replayed schedules, and Optimus's code pricing the optimus profile.
     The replay table keeps each model's counts in ``fidelity-replay/`` beside the report as
     they finish and a stopped run resumes from them (delete it after changing a cost model)."""
-    names = _names(tables) or ()
+    names = comma_list(tables) or ()
     for name in names:
         if name not in FIDELITY_TABLES:
             raise ConfigError(
                 f"unknown fidelity table {name!r} (choose from: {', '.join(FIDELITY_TABLES)})"
             )
-    chosen = _names(models) or FidelityConfig().models
+    chosen = comma_list(models) or FidelityConfig().models
     for name in chosen:
         zoo_entry(name)  # an unknown name fails before any work
-    for buffer in _names(buffers) or ():
+    for buffer in comma_list(buffers) or ():
         parse_size(buffer)
     try:
-        per_element = tuple(int(v) for v in _names(bytes_) or ())
+        per_element = tuple(int(v) for v in comma_list(bytes_) or ())
     except ValueError:
         raise ConfigError(f"--bytes {bytes_!r} is not a comma list of whole numbers") from None
-    if not names or not _names(buffers) or not per_element or min(per_element) < 1:
+    if not names or not comma_list(buffers) or not per_element or min(per_element) < 1:
         raise ConfigError("--tables, --buffers and --bytes (>= 1) must each name a value")
     root = optimus_checkout(optimus_dir) if "optimus" in names else None
     runner = OptimusRunner(root, optimus_python or "") if root else None
     data = Path(report).with_name("optimus_oracle.json")
     cache = Path(report).with_name("fidelity-replay")  # each model's replay counts: resumes
     config = FidelityConfig(
-        tuple(chosen), _names(buffers), per_element, runner, engine_opts.make(),
+        tuple(chosen), comma_list(buffers), per_element, runner, engine_opts.make(),
         optimus_data=data, cache=cache,
     )  # fmt: skip
     command = "fusionplan " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None

@@ -131,9 +131,14 @@ def check_distinct_outputs(outputs: Mapping[str, str | None]) -> None:
         seen[key] = option
 
 
+def comma_list(value: str | None) -> tuple[str, ...] | None:
+    """A comma-separated option's items, stripped; None when it names none."""
+    return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
+
+
 def whole_kb_sizes(buffers: str) -> list[int]:
     """--buffers as bytes: whole KB sizes, at least one (the dataset labels by KB)."""
-    sizes = [parse_size(b) for b in buffers.split(",") if b.strip()]
+    sizes = [parse_size(b) for b in comma_list(buffers) or ()]
     if not sizes or any(s % 1024 for s in sizes):
         raise click.BadParameter(f"whole KB sizes, got {buffers!r}", param_hint="--buffers")
     return sizes

@@ -9,15 +9,12 @@ import click
 from fusionplan.app.cli.common import (
     EngineOptions,
     OutputPath,
+    comma_list,
     engine_options,
     progress_bar,
     whole_kb_sizes,
 )
 from fusionplan.data.dataset import DEFAULT_PROCESSES, default_dataset_dir, generate_dataset
-
-
-def _items(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 @click.group("dataset")
@@ -74,9 +71,9 @@ def dataset_generate(
         k: v for k, v in (("groups", groups), ("unseen_groups", unseen_groups)) if v is not None
     }
     if models:
-        sizes["models"] = _items(models)
+        sizes["models"] = list(comma_list(models) or ())
     if unseen_models:
-        sizes["unseen_models"] = _items(unseen_models)
+        sizes["unseen_models"] = list(comma_list(unseen_models) or ())
     if buffers:
         sizes["buffers_kb"] = [b // 1024 for b in whole_kb_sizes(buffers)]
     out = Path(output)
