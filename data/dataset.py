@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from accel_model import COST_MODELS
-from fusionplan.data.features import BUFFER_COLUMN, FEATURE_NAMES, FEATURE_VERSION, NUM_FEATURES
+from fusionplan.data.features import STORED_NAMES, STORED_VERSION
 from fusionplan.data.reader import _read_manifest_raw
 from fusionplan.data.sampling import (
     _CUT_RANGES,
@@ -244,7 +244,6 @@ def plan_generation(
     the size bins by :data:`BIN_SHARES` (bins above a model's op count get nothing).
     """
 
-    assert BUFFER_COLUMN == NUM_FEATURES - 1, "shards drop the buffer column, the last one"
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"dataset seed must be a whole number >= 0, got {seed!r}")
     for what, n in (("groups", groups), ("unseen groups", unseen_groups)):
@@ -288,7 +287,7 @@ def plan_generation(
                 shards.append(
                     ShardSpec(m.name, role, m.source, m.graph_sha256, i, lo, hi, q, seed,
                               shard_seed(seed, m.name, i), buffers, schemes,
-                              int(bytes_per_element), FEATURE_VERSION,
+                              int(bytes_per_element), STORED_VERSION,
                               (*_CUT_RANGES[i], _POOL_FACTOR, _MAX_STALE, _MAX_PARTITIONS),
                               FORMAT_VERSION, profile)
                 )  # fmt: skip
@@ -301,7 +300,7 @@ def plan_generation(
         "buffers_kb": list(buffers_kb),
         "schemes": list(schemes),
         "bytes_per_element": int(bytes_per_element),
-        "feature_version": FEATURE_VERSION,
+        "feature_version": STORED_VERSION,
         "format_version": FORMAT_VERSION,
     }
     if profile != "fusionplan":  # the default is left out: older manifests still match
@@ -326,7 +325,7 @@ def _manifest(plan: GenerationPlan, entries: dict[str, dict], complete: bool, **
         "format_version": FORMAT_VERSION,
         "complete": complete,
         **plan.params,
-        "feature_names": list(FEATURE_NAMES[:-1]),
+        "feature_names": list(STORED_NAMES),
         "size_bins": [list(b) for b in SIZE_BINS],
         "bin_shares": list(BIN_SHARES),
         "models": [m.__dict__ for m in plan.models],

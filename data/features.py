@@ -1,13 +1,21 @@
 """Graph features of one fusion group: the input of the GIN classifier and the explainers.
 
 A *sample* is (group, scheme, buffer size). Per node (docs/design.md, "GNN pipeline"): op-
-kind one-hot, log-scaled input and output shapes, kernel span, stride, log weight count, and
-the buffer size as a node feature, plus a few structural flags. Edges run producer ->
-consumer inside the group, with node indices local to the group (ascending topological
-label).
+kind one-hot, log-scaled input and output shapes, kernel span, stride, log weight count and
+a few structural flags (the *stored* columns, which a dataset shard keeps), then the columns
+that depend on the accelerator: the buffer size and the node's bytes *relative to the
+buffer* (weights, a row and the window of its input, a row of its output, whole tensors).
+Edges run producer -> consumer inside the group, with node indices local to the group
+(ascending topological label).
+
+Why relative columns: validity is a sum of per-node bytes against the buffer, so a GIN that
+sums these columns over the group learns one threshold for every network and buffer, where
+log shapes beside a log buffer made it learn the shapes of its training networks (it called
+most overflowing groups of unseen random-wired and NAS-cell graphs valid).
 
 Features are computed with numpy only, so dataset generation does not need torch; the
-buffer column is filled in last because one group is labelled at several buffer sizes.
+accelerator's columns are added last (:func:`with_buffer`) because one group is labelled at
+several buffer sizes.
 """
 
 from __future__ import annotations
@@ -18,18 +26,35 @@ import numpy as np
 
 from fusionplan.ir.graph import OP_KINDS, Group, OpGraph, bits, row_span
 
-FEATURE_NAMES: tuple[str, ...] = (
+STORED_NAMES: tuple[str, ...] = (
     *(f"kind_{k}" for k in OP_KINDS),
     "log_in_c", "log_in_h", "log_in_w",
     "log_out_c", "log_out_h", "log_out_w",
     "kernel_h", "kernel_w", "stride_h", "stride_w",
     "log_weights", "whole_input", "n_inputs",
     "in_group_preds", "in_group_succs", "external_inputs", "external_outputs",
-    "log_buffer",
 )  # fmt: skip
+"""The columns a dataset shard stores (they do not depend on the accelerator)."""
+NUM_STORED = len(STORED_NAMES)
+STORED_VERSION = 1
+"""Version of the stored columns (a dataset's ``feature_version``)."""
+
+_RELATIVE = ("weights", "in_row", "window", "out_row", "in_tensor", "out_tensor", "held")
+ACCEL_NAMES: tuple[str, ...] = (
+    "log_buffer",
+    *(f"rel_{r}" for r in _RELATIVE),
+    *(f"log_rel_{r}" for r in _RELATIVE),
+)
+"""The accelerator's columns :func:`with_buffer` adds: log2 of the buffer in KB; each
+relative size as a fraction of the buffer capped at ``REL_CAP`` (sums stay readable), and
+as ``log2`` of the fraction clipped to ``[-LOG_FLOOR, 0] + log2(REL_CAP)`` (small sizes
+stay distinguishable)."""
+FEATURE_NAMES: tuple[str, ...] = STORED_NAMES + ACCEL_NAMES
 NUM_FEATURES = len(FEATURE_NAMES)
-BUFFER_COLUMN = NUM_FEATURES - 1
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
+"""Version of the model input (stored + accelerator columns), recorded with checkpoints."""
+REL_CAP = 2.0
+LOG_FLOOR = 16.0
 
 
 def _log2p(x: float) -> float:
@@ -37,9 +62,9 @@ def _log2p(x: float) -> float:
 
 
 def node_feature_table(graph: OpGraph) -> np.ndarray:
-    """Group-independent features of every node, shape (n, NUM_FEATURES); the structural
-    and buffer columns are left zero for :func:`group_features` to fill."""
-    table = np.zeros((len(graph), NUM_FEATURES), dtype=np.float32)
+    """Group-independent features of every node, shape (n, NUM_STORED); the structural
+    columns are left zero for :func:`group_features` to fill."""
+    table = np.zeros((len(graph), NUM_STORED), dtype=np.float32)
     kind_index = {k: i for i, k in enumerate(OP_KINDS)}
     base = len(OP_KINDS)
     for v, node in enumerate(graph.nodes):
@@ -63,8 +88,8 @@ def node_feature_table(graph: OpGraph) -> np.ndarray:
 def group_features(
     graph: OpGraph, table: np.ndarray, group: Group
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(x, edge_index) of ``group``: x is (k, NUM_FEATURES) with the buffer column zero,
-    edge_index is (2, e) int64 over local indices."""
+    """(x, edge_index) of ``group``: x is (k, NUM_STORED) (the stored columns; the model's
+    input is ``with_buffer(x, ...)``), edge_index is (2, e) int64 over local indices."""
     nodes = bits(group)
     local = {v: i for i, v in enumerate(nodes)}
     x = table[nodes].copy()
@@ -91,8 +116,36 @@ def group_features(
     return x, edge_index
 
 
-def with_buffer(x: np.ndarray, buffer_bytes: int) -> np.ndarray:
-    """A copy of ``x`` with the buffer-size column set (log2 of KB)."""
-    out = x.copy()
-    out[:, BUFFER_COLUMN] = math.log2(buffer_bytes / 1024)
-    return out
+def _stored(name: str) -> int:
+    return STORED_NAMES.index(name)
+
+
+def _unlog(x: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_log2p`, column-wise (float64: products of shapes overflow float32
+    precision long before range)."""
+    return np.exp2(x.astype(np.float64)) - 1.0
+
+
+def with_buffer(
+    x: np.ndarray, buffer_bytes: int | np.ndarray, bytes_per_element: int = 1
+) -> np.ndarray:
+    """The model input of stored columns ``x`` (k, NUM_STORED) at a buffer of ``buffer_bytes``
+    (one size, or one per row) with ``bytes_per_element``: ``x`` followed by the
+    :data:`ACCEL_NAMES` columns."""
+    beta = np.broadcast_to(np.asarray(buffer_bytes, dtype=np.float64), (len(x),))[:, None]
+    in_c, in_h, in_w = (_unlog(x[:, _stored(f"log_in_{a}")]) for a in "chw")
+    out_c, out_h, out_w = (_unlog(x[:, _stored(f"log_out_{a}")]) for a in "chw")
+    weights = _unlog(x[:, _stored("log_weights")])
+    span = x[:, _stored("kernel_h")].astype(np.float64)
+    whole = x[:, _stored("whole_input")].astype(np.float64)
+    in_row, out_row = in_c * in_w, out_c * out_w
+    sizes = np.stack(
+        [weights, in_row, np.minimum(span, in_h) * in_row, out_row,
+         in_c * in_h * in_w, out_c * out_h * out_w, whole * in_c * in_h * in_w],
+        axis=1,
+    ) * (bytes_per_element / beta)  # fmt: skip
+    linear = np.minimum(sizes, REL_CAP)
+    logs = (np.clip(np.log2(np.maximum(sizes, 2.0**-LOG_FLOOR)), -LOG_FLOOR, math.log2(REL_CAP))
+            + LOG_FLOOR) / LOG_FLOOR  # fmt: skip
+    buffer = np.log2(beta / 1024)
+    return np.concatenate([x, buffer, linear, logs], axis=1).astype(np.float32)

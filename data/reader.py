@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionplan.data.features import with_buffer
+from fusionplan.data.features import STORED_VERSION, with_buffer
 from fusionplan.data.shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -62,8 +62,8 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
 class GroupDataset:
     """A loaded dataset: every group of every shard, concatenated in manifest order.
 
-    Group ``i`` has nodes ``x[node_ptr[i]:node_ptr[i+1]]`` (features without the buffer
-    column), local edges ``edge_index[:, edge_ptr[i]:edge_ptr[i+1]]``, model
+    Group ``i`` has nodes ``x[node_ptr[i]:node_ptr[i+1]]`` (the stored feature columns,
+    ``features.STORED_NAMES``), local edges ``edge_index[:, edge_ptr[i]:edge_ptr[i+1]]``, model
     ``models[model_index[i]]`` and bitmask ``int(mask[i], 16)``. ``labels[scheme]`` holds
     ``buffer`` (F_beta bytes), ``dram`` (F_D bytes) and ``valid`` arrays of shape
     (groups, len(buffers)).
@@ -77,7 +77,7 @@ class GroupDataset:
     mask: np.ndarray  # (G,) str hex
     node_ptr: np.ndarray  # (G+1,) int64
     edge_ptr: np.ndarray  # (G+1,) int64
-    x: np.ndarray  # (N, F-1) float32
+    x: np.ndarray  # (N, NUM_STORED) float32
     node_id: np.ndarray  # (N,) int32
     edge_index: np.ndarray  # (2, E) int64, local to each group
     buffers: np.ndarray  # (B,) int64 bytes
@@ -91,6 +91,10 @@ class GroupDataset:
         return list(self.labels)
 
     @property
+    def bytes_per_element(self) -> int:
+        return int(self.manifest.get("bytes_per_element", 1))
+
+    @property
     def content_sha256(self) -> str:
         return self.manifest["content_sha256"]
 
@@ -102,18 +106,16 @@ class GroupDataset:
         return int(self.mask[i], 16)
 
     def group_arrays(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """(x without buffer column, local edge_index) of group ``i``."""
+        """(stored columns, local edge_index) of group ``i``."""
         a, b = self.node_ptr[i], self.node_ptr[i + 1]
         c, d = self.edge_ptr[i], self.edge_ptr[i + 1]
         return self.x[a:b], self.edge_index[:, c:d]
 
     def features(self, i: int, buffer_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-        """(x, edge_index) of group ``i`` exactly as
-        ``with_buffer(group_features(...)[0], buffer_bytes)`` would give them."""
-
+        """(x, edge_index) of group ``i`` exactly as ``with_buffer(group_features(...)[0],
+        buffer_bytes, bytes_per_element)`` would give them (the dataset's bytes per element)."""
         x, ei = self.group_arrays(i)
-        full = np.concatenate([x, np.zeros((x.shape[0], 1), np.float32)], axis=1)
-        return with_buffer(full, int(buffer_bytes)), ei
+        return with_buffer(x, int(buffer_bytes), self.bytes_per_element), ei
 
     def indices(self, role: str) -> np.ndarray:
         """Group indices of models with ``role`` ("train" or "unseen")."""
@@ -140,6 +142,11 @@ def load_dataset(path: str | os.PathLike, *, verify: bool = True) -> GroupDatase
     """Read a complete dataset; with ``verify``, check every shard's sha256 first."""
     root = Path(path)
     m = read_manifest(root)
+    if m.get("feature_version") != STORED_VERSION:
+        raise DatasetError(
+            f"dataset {root} stores features v{m.get('feature_version')}, this fusionplan "
+            f"reads v{STORED_VERSION}; {_regenerate_hint(root)}"
+        )
     models = [mi["name"] for mi in m["models"]]
     roles = [mi["role"] for mi in m["models"]]
     schemes = m["schemes"]

@@ -167,7 +167,7 @@ def label_groups(ctx: ModelContext, spec: ShardSpec, groups: Sequence[int]) -> d
     }  # fmt: skip
     for gi, g in enumerate(groups):
         x, ei = group_features(ctx.graph, ctx.table, g)
-        xs.append(x[:, :-1])
+        xs.append(x)
         eis.append(ei)
         ids.extend(bits(g))
         node_ptr.append(node_ptr[-1] + x.shape[0])
@@ -177,7 +177,7 @@ def label_groups(ctx: ModelContext, spec: ShardSpec, groups: Sequence[int]) -> d
             for bi, beta in enumerate(spec.buffers):
                 c = ctx.models[(s, beta)].cost(g)
                 fb[gi, bi], fd[gi, bi], ok[gi, bi] = c.buffer, c.dram, c.valid
-    width = ctx.table.shape[1] - 1
+    width = ctx.table.shape[1]
     arrays: dict[str, Any] = {
         "mask": np.array([format(g, "x") for g in groups], dtype=np.str_)
         if groups

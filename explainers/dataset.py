@@ -10,7 +10,7 @@ size) sample of one scheme, ready for the GIN and the explainers::
 Sample ``k`` of a split is group ``groups[k // B]`` at buffer index ``k % B`` (B = 5 buffer
 sizes). Fields of each ``Data``:
 
-* ``x`` (nodes, NUM_FEATURES) float32: node features, buffer column set (``with_buffer``);
+* ``x`` (nodes, NUM_FEATURES) float32: node features at this buffer (``with_buffer``);
 * ``edge_index`` (2, edges) int64: producer -> consumer, local node indices;
 * ``y`` (1,) int64: 1 if the group is valid at this buffer (``F_beta < beta``), else 0;
 * ``buffer_bytes``, ``f_beta``, ``dram`` (1,) int64: buffer size, F_beta and F_D in bytes;
@@ -82,7 +82,6 @@ class FusionGroupDataset(Dataset):
         else:
             self.groups = gd.split(split_seed)[split].astype(np.int64)
         self._labels = gd.labels[scheme]
-        self._log_buffer = np.log2(gd.buffers / 1024.0).astype(np.float32)
         super().__init__(None, transform)
 
     # -- torch_geometric.data.Dataset --------------------------------------------------
@@ -94,11 +93,10 @@ class FusionGroupDataset(Dataset):
         nb = len(self.buffer_columns)
         g = int(self.groups[idx // nb])
         col = int(self.buffer_columns[idx % nb])
-        x, ei = gd.group_arrays(g)
-        buf = np.full((x.shape[0], 1), self._log_buffer[col], dtype=np.float32)
+        x, ei = gd.features(g, int(gd.buffers[col]))
         a, b = gd.node_ptr[g], gd.node_ptr[g + 1]
         return Data(
-            x=torch.from_numpy(np.concatenate([x, buf], axis=1)),
+            x=torch.from_numpy(x),
             edge_index=torch.from_numpy(np.ascontiguousarray(ei, dtype=np.int64)),
             y=torch.tensor([int(self._labels["valid"][g, col])], dtype=torch.long),
             buffer_bytes=torch.tensor([int(gd.buffers[col])], dtype=torch.long),

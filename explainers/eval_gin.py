@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from explainers.gin import load_gin_model
 from explainers.train_gin import PackedSamples, binary_metrics, predict
@@ -67,15 +68,33 @@ def evaluate_gin_on(
     at every buffer of ``buffers_kb``: one :class:`BufferScore` per buffer, then the overall
     one. The same seed draws the same groups."""
     gin = load_gin_model(scheme)  # a missing checkpoint fails before any labelling
+    packed = labelled_samples(model, scheme, groups, buffers_kb, seed, progress)
+    return score_samples(gin, packed)
+
+
+def labelled_samples(
+    model: str,
+    scheme: str,
+    groups: int,
+    buffers_kb: Sequence[int],
+    seed: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> PackedSamples:
+    """``groups`` groups of ``model`` drawn and labelled at every buffer exactly as the
+    training data is (a temporary dataset), as packed (group, buffer) samples."""
     with tempfile.TemporaryDirectory(prefix="fusionplan-eval-") as tmp:
         generate_dataset(
             tmp, seed=seed, groups=0, unseen_groups=groups, models=[], unseen_models=[model],
             buffers_kb=buffers_kb, schemes=[scheme], processes=1, progress=progress,
         )  # fmt: skip
         data = load_dataset(tmp, verify=False)
-        packed = PackedSamples(data, scheme, np.arange(len(data.labels[scheme]["valid"])))
-        pred = predict(gin, packed)
-        kbs = [int(b) // 1024 for b in data.buffers]
+    return PackedSamples(data, scheme, np.arange(len(data.labels[scheme]["valid"])))
+
+
+def score_samples(gin: torch.nn.Module, packed: PackedSamples) -> tuple[BufferScore, ...]:
+    """One :class:`BufferScore` per buffer of ``packed``, then the overall one."""
+    pred = predict(gin, packed)
+    kbs = [int(b) // 1024 for b in packed.data.buffers]
     scores = [
         BufferScore.of(kb, packed.y[sel], pred[sel])
         for bi, kb in enumerate(kbs)

@@ -1,10 +1,13 @@
 """The GIN validity classifier: is this fusion group valid at this buffer?
 (docs/design.md, "GNN pipeline")
 
-Four ``GINConv`` layers (hidden 128, ReLU), sum readout, a linear head with two logits
-(0 = invalid, 1 = valid). The buffer size enters as a node feature, so one model per scheme
-covers every buffer size. ``forward`` takes ``edge_weight`` (a soft edge mask) as well,
-because the explainers learn masks over edges and need the model to honour them.
+``layers`` ``GINConv`` layers (``hidden`` wide, ReLU), sum readout, a linear head with two
+logits (0 = invalid, 1 = valid) divided by a *temperature* fitted after training on the
+validation split, so that softmax probabilities are calibrated (the judge and the active
+learner act on them). The buffer enters as node features (its size and each node's bytes
+relative to it), so one model per scheme covers every buffer size. ``forward`` takes
+``edge_weight`` (a soft edge mask) as well, because the explainers learn masks over edges
+and need the model to honour them.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ INVALID, VALID = 0, 1
 @dataclass(frozen=True)
 class GINConfig:
     in_features: int = NUM_FEATURES
-    hidden: int = 128
+    hidden: int = 64
     layers: int = 4
 
 
@@ -68,6 +71,7 @@ class GINClassifier(nn.Module):
             for a, b in itertools.pairwise(dims)
         )
         self.head = nn.Linear(c.hidden, 2)
+        self.register_buffer("temperature", torch.ones(1))
 
     def forward(self, x, edge_index, batch=None, edge_weight=None):
         """Logits (num_graphs, 2); ``batch`` maps nodes to graphs (all one graph if None)."""
@@ -76,7 +80,7 @@ class GINClassifier(nn.Module):
         h = x
         for conv in self.convs:
             h = conv(h, edge_index, edge_weight)
-        return self.head(global_add_pool(h, batch))
+        return self.head(global_add_pool(h, batch)) / self.temperature
 
     def config_dict(self) -> dict:
         return asdict(self.config)

@@ -18,6 +18,11 @@ overflowing ones were called valid (each such mistake keeps a part that is then 
 split again: queries, and a worse cut). Untrusted, the judge defers to the oracle exactly as
 the plain tree; it keeps being scored, so it stops trusting itself when it drifts
 (docs/design.md, "Oracles").
+
+Trusted, it still asks where it is unsure: a verdict is taken only when the GIN's
+(temperature-calibrated) probability for it is at least ``confidence``; an unsure part is
+asked, and its answer is one more label. The errors that gate trust are counted the same
+way, over confident verdicts only, since those are the ones the judge acts on.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import copy
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,11 +60,13 @@ class Adaptation:
     lr: float = 1e-3
     max_false_invalid: float = 0.02  # screening
     max_false_valid: float = 0.03  # classifying cuts
+    confidence: float = 0.9  # the least probability of a verdict the judge acts on
 
 
 @dataclass
 class JudgeStats:
     predicted: int = 0  # parts the GIN classified
+    unsure: int = 0  # of those, asked because the GIN was unsure
     batches: int = 0  # GIN forward batches (of up to BATCH groups)
     seconds: float = 0.0  # in those batches
     updates: int = 0  # fine-tunes
@@ -93,7 +101,7 @@ class GinJudge:
         self.stats = JudgeStats()
         self.trusted_screening = False
         self.trusted = False  # classifying cuts
-        self._verdicts: dict[Group, bool] = {}
+        self._verdicts: dict[Group, bool | None] = {}  # None: the GIN is unsure
         self._labelled: list[tuple[Group, bool]] = []
         self._seen = 0  # oracle answers read so far
         self._rng = random.Random(0)
@@ -101,7 +109,7 @@ class GinJudge:
 
     def rules_out(self, group: Group) -> bool:
         """Whether to split ``group`` without asking: only while trusted to screen, and
-        only on the GIN's word that it overflows."""
+        only on the GIN's confident word that it overflows."""
         self._learn()
         if not self.trusted_screening or group & (group - 1) == 0:
             return False
@@ -109,26 +117,30 @@ class GinJudge:
             return False  # asked before: its answer is free and final
         if group not in self._verdicts:
             self._predict([group])
-        return not self._verdicts[group]
+        return self._verdicts[group] is False
 
     def fits(self, parts: list[Group]) -> list[bool]:
-        """Untrusted to classify cuts: the oracle's word on each part. Trusted: the GIN's,
-        except where the oracle has answered already."""
+        """Untrusted to classify cuts: the oracle's word on each part. Trusted: the GIN's
+        where it is sure, the oracle's where it is unsure or has answered already."""
         cm = self.cost_model
         self._learn()
         if not self.trusted:
             return self._oracle.fits(parts)
         verdicts, todo = self._verdicts, []
         for p in parts:
-            if p in verdicts or p & (p - 1) == 0:
+            if p & (p - 1) == 0 or verdicts.get(p) is not None:
                 continue
             known = cm.known(p)
             if known is not None:
                 verdicts[p] = known.valid
-            else:
+            elif p not in verdicts:
                 todo.append(p)
         self._predict(list(dict.fromkeys(todo)))
-        return [p & (p - 1) == 0 or verdicts[p] for p in parts]
+        for p in dict.fromkeys(parts):
+            if p & (p - 1) and verdicts[p] is None:  # unsure: ask; the answer is a label
+                verdicts[p] = cm.cost(p).valid
+                self.stats.unsure += 1
+        return [p & (p - 1) == 0 or bool(verdicts[p]) for p in parts]
 
     def dram(self, parts: list[Group]) -> int:
         """Untrusted: the oracle's DRAM. Trusted: the parts' compulsory traffic, one estimate
@@ -139,16 +151,19 @@ class GinJudge:
 
     # -- the GIN --------------------------------------------------------------------------
     @torch.no_grad()
-    def _labels(self, groups: list[Group]) -> list[bool]:
-        """The GIN's verdicts on ``groups`` (valid?), in batches of :data:`BATCH`."""
-        out: list[bool] = []
+    def _labels(self, groups: list[Group]) -> list[bool | None]:
+        """The GIN's verdicts on ``groups`` (valid?; None where no class reaches the
+        ``confidence``), in batches of :data:`BATCH`."""
+        out: list[bool | None] = []
+        sure = self.adaptation.confidence
         for start in range(0, len(groups), BATCH):
             chunk = groups[start : start + BATCH]
             t0 = time.perf_counter()
             x, edge_index, owner = group_batch(self.cost_model, self.table, chunk)
             with torch_threads():
-                logits = self.model(x, edge_index, owner)
-            out += [y == VALID for y in logits.argmax(-1).tolist()]
+                p_valid = torch.softmax(self.model(x, edge_index, owner), -1)[:, VALID]
+            out += [True if p >= sure else False if 1 - p >= sure else None
+                    for p in p_valid.tolist()]  # fmt: skip
             self.stats.seconds += time.perf_counter() - t0
             self.stats.batches += 1
         return out
@@ -180,8 +195,8 @@ class GinJudge:
         fitting = [g for g, t in pairs if t]
         s, a = self.stats, self.adaptation
         s.last_accuracy = sum(g == t for g, t in pairs) / len(pairs)
-        s.last_false_valid = sum(overflow) / len(overflow) if overflow else 0.0
-        s.last_false_invalid = (len(fitting) - sum(fitting)) / len(fitting) if fitting else 0.0
+        s.last_false_valid = sum(g is True for g in overflow) / len(overflow) if overflow else 0.0
+        s.last_false_invalid = sum(g is False for g in fitting) / len(fitting) if fitting else 0.0
         self.trusted = bool(overflow) and s.last_false_valid <= a.max_false_valid
         self.trusted_screening = bool(fitting) and s.last_false_invalid <= a.max_false_invalid
         answers = self.cost_model.stats.misses
@@ -192,19 +207,33 @@ class GinJudge:
 
     def _fine_tune(self) -> None:
         t0, a, data = time.perf_counter(), self.adaptation, self._labelled
-        loss_fn = torch.nn.CrossEntropyLoss()
-        self.model.train()
-        with torch_threads():  # no dropout in the GIN: the picks are the only randomness
-            for _ in range(a.steps):
-                pick = [data[self._rng.randrange(len(data))] for _ in range(a.batch)]
-                x, edge_index, owner = group_batch(
-                    self.cost_model, self.table, [g for g, _ in pick]
-                )
-                y = torch.tensor([int(v) for _, v in pick])
-                loss = loss_fn(self.model(x, edge_index, owner), y)
-                self._opt.zero_grad()
-                loss.backward()
-                self._opt.step()
-        self.model.train(False)
+
+        def draw() -> tuple[torch.Tensor, ...]:
+            pick = [data[self._rng.randrange(len(data))] for _ in range(a.batch)]
+            x, edge_index, owner = group_batch(self.cost_model, self.table, [g for g, _ in pick])
+            return x, edge_index, owner, torch.tensor([int(v) for _, v in pick])
+
+        fine_tune(self.model, self._opt, draw, a.steps)
         self.stats.updates += 1
         self.stats.train_seconds += time.perf_counter() - t0
+
+
+def fine_tune(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    draw: Callable[[], tuple[torch.Tensor, ...]],
+    steps: int,
+) -> None:
+    """``steps`` optimizer steps of cross-entropy on batches ``draw()`` returns as (x,
+    edge_index, batch, y); the model is left in eval mode (the GIN has no dropout, so the
+    draws are the only randomness)."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    model.train()
+    with torch_threads():
+        for _ in range(steps):
+            x, edge_index, owner, y = draw()
+            loss = loss_fn(model(x, edge_index, owner), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.train(False)

@@ -51,7 +51,7 @@ from explainers.checkpoints import (
 )
 from explainers.gin import KIND, GINClassifier, GINConfig, attach_feature_clip
 from fusionplan.data.dataset import default_dataset_dir
-from fusionplan.data.features import FEATURE_VERSION
+from fusionplan.data.features import FEATURE_VERSION, NUM_FEATURES, with_buffer
 from fusionplan.data.reader import load_dataset
 from fusionplan.ir.errors import ConfigError
 
@@ -85,9 +85,7 @@ class PackedSamples:
         self.group = np.repeat(groups, nb)
         self.buffer_index = np.tile(np.arange(nb), len(groups))
         self.y = data.labels[scheme]["valid"][groups].reshape(-1).astype(np.int64)
-        self._x = torch.from_numpy(np.ascontiguousarray(data.x))
         self._ei = data.edge_index
-        self._log_buffer = np.log2(data.buffers / 1024.0).astype(np.float32)
 
     def __len__(self) -> int:
         return len(self.group)
@@ -105,8 +103,8 @@ class PackedSamples:
         eoffs = np.cumsum(m) - m
         edge_idx = np.repeat(d.edge_ptr[g] - eoffs, m) + np.arange(int(m.sum()))
         ei = self._ei[:, edge_idx] + np.repeat(offs, m)
-        buf = np.repeat(self._log_buffer[self.buffer_index[ids]], n)
-        x = torch.cat([self._x[torch.from_numpy(node_idx)], torch.from_numpy(buf)[:, None]], 1)
+        beta = np.repeat(d.buffers[self.buffer_index[ids]], n)
+        x = torch.from_numpy(with_buffer(d.x[node_idx], beta, d.bytes_per_element))
         batch = torch.from_numpy(np.repeat(np.arange(len(ids)), n))
         return x, torch.from_numpy(ei), batch, torch.from_numpy(self.y[ids])
 
@@ -138,21 +136,61 @@ def binary_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, Any]:
 
 
 @torch.no_grad()
+def logits_of(model: GINClassifier, packed: PackedSamples, batch_size: int = 512) -> torch.Tensor:
+    """The model's logits (samples, 2) over every sample of ``packed``."""
+    model.eval()
+    out = []
+    for start in range(0, len(packed), batch_size):
+        x, ei, b, _ = packed.batch(np.arange(start, min(start + batch_size, len(packed))))
+        out.append(model(x, ei, b))
+    return torch.cat(out) if out else torch.zeros(0, 2)
+
+
 def predict(model: GINClassifier, packed: PackedSamples, batch_size: int = 512) -> np.ndarray:
     """Predicted labels (0 invalid, 1 valid) of every sample of ``packed``."""
-    model.eval()
-    out = np.zeros(len(packed), dtype=np.int64)
-    for start in range(0, len(packed), batch_size):
-        ids = np.arange(start, min(start + batch_size, len(packed)))
-        x, ei, b, _ = packed.batch(ids)
-        out[ids] = model(x, ei, b).argmax(1).numpy()
-    return out
+    return logits_of(model, packed, batch_size).argmax(1).numpy()
+
+
+def calibration_error(p_valid: np.ndarray, y: np.ndarray, bins: int = 15) -> float:
+    """Expected calibration error: the sample-weighted mean over equal-width confidence
+    bins of |accuracy - mean confidence|, confidence that of the predicted class."""
+    conf = np.maximum(p_valid, 1 - p_valid)
+    right = (p_valid >= 0.5) == y.astype(bool)
+    which = np.minimum(((conf - 0.5) * 2 * bins).astype(int), bins - 1)
+    total = 0.0
+    for k in range(bins):
+        sel = which == k
+        if sel.any():
+            total += sel.sum() * abs(right[sel].mean() - conf[sel].mean())
+    return float(total / len(y)) if len(y) else float("nan")
+
+
+def expected_calibration_error(model: GINClassifier, packed: PackedSamples) -> float:
+    """:func:`calibration_error` of ``model``'s P(valid) on ``packed``."""
+    p = torch.softmax(logits_of(model, packed), 1)[:, 1].numpy()
+    return calibration_error(p, packed.y)
+
+
+def fit_temperature(model: GINClassifier, packed: PackedSamples) -> float:
+    """The temperature (a power of 2 on a 1/64-octave grid over 2^-4 .. 2^6) that minimises
+    the negative log-likelihood of ``packed`` (temperature scaling, Guo et al. 2017). A
+    grid, not an optimiser: deterministic, and the NLL is convex in log T anyway."""
+    with torch.no_grad():
+        model.temperature.fill_(1.0)
+        logits = logits_of(model, packed).double()
+        y = torch.from_numpy(packed.y)
+        grid = torch.pow(2.0, torch.arange(-256, 385, dtype=torch.float64) / 64)
+        nll = [float(nn.functional.cross_entropy(logits / t, y)) for t in grid]
+    return float(grid[int(np.argmin(nll))])
 
 
 def evaluate(model: GINClassifier, packed: PackedSamples) -> dict[str, Any]:
-    """:func:`binary_metrics` of ``model`` on ``packed``, plus accuracy per buffer (KB)."""
-    pred = predict(model, packed)
+    """:func:`binary_metrics` of ``model`` on ``packed``, plus accuracy per buffer (KB) and
+    the calibration error."""
+    logits = logits_of(model, packed)
+    pred = logits.argmax(1).numpy()
     metrics = binary_metrics(packed.y, pred)
+    metrics["ece"] = calibration_error(torch.softmax(logits, 1)[:, 1].numpy(), packed.y)
     per_buffer = {}
     for bi, beta in enumerate(packed.data.buffers):
         sel = packed.buffer_index == bi
@@ -189,6 +227,8 @@ def train_gin(
     threads: int | None = None,
     save: bool = True,
     log: Callable[[str], None] | None = None,
+    hidden: int = GINConfig.hidden,
+    layers: int = GINConfig.layers,
 ) -> dict[str, Any]:
     """Train the GIN for ``scheme`` on the dataset at ``dataset_dir``; returns the metrics.
 
@@ -225,7 +265,7 @@ def train_gin(
 
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)
-    config = GINConfig(in_features=data.x.shape[1] + 1)
+    config = GINConfig(in_features=NUM_FEATURES, hidden=int(hidden), layers=int(layers))
     model = GINClassifier(config)
     clip_range = feature_range(data, parts["train"])
     attach_feature_clip(model, clip_range)  # the identity on the training split
@@ -274,9 +314,13 @@ def train_gin(
     train_seconds = time.perf_counter() - started
     model.load_state_dict(best[2])
     model.eval()
+    ece_before = {k: expected_calibration_error(model, packed[k]) for k in ("val", "test")}
+    model.temperature.fill_(fit_temperature(model, packed["val"]))
     metrics: dict[str, Any] = {
         "scheme": scheme,
         "best_epoch": best[1],
+        "temperature": float(model.temperature),
+        "ece_uncalibrated": ece_before,
         "train_seconds": round(train_seconds, 1),
         "val": evaluate(model, packed["val"]),
         "test": evaluate(model, packed["test"]),
@@ -304,6 +348,8 @@ def train_gin(
             "feature_range": clip_range,
             "metrics": {k: _summary(metrics[k]) for k in ("val", "test", "unseen") if metrics[k]},
             "best_epoch": best[1],
+            "temperature": metrics["temperature"],
+            "ece_uncalibrated": metrics["ece_uncalibrated"],
             "train_seconds": metrics["train_seconds"],
             "versions": _versions(),
             "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -319,11 +365,12 @@ def feature_range(data, groups: np.ndarray) -> dict[str, list[float]]:
     lengths = data.node_ptr[groups + 1] - data.node_ptr[groups]
     starts = data.node_ptr[groups] - (np.cumsum(lengths) - lengths)
     rows = np.repeat(starts, lengths) + np.arange(int(lengths.sum()))
-    x = data.x[rows]
-    log_buffer = np.log2(data.buffers / 1024.0)
-    low = [*(float(v) for v in x.min(axis=0)), float(log_buffer.min())]
-    high = [*(float(v) for v in x.max(axis=0)), float(log_buffer.max())]
-    return {"min": low, "max": high}
+    low = np.full(NUM_FEATURES, np.inf)
+    high = np.full(NUM_FEATURES, -np.inf)
+    for beta in data.buffers:
+        x = with_buffer(data.x[rows], int(beta), data.bytes_per_element)
+        low, high = np.minimum(low, x.min(axis=0)), np.maximum(high, x.max(axis=0))
+    return {"min": [float(v) for v in low], "max": [float(v) for v in high]}
 
 
 def _per_model(model, data, scheme: str, groups: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -336,7 +383,7 @@ def _per_model(model, data, scheme: str, groups: np.ndarray) -> dict[str, dict[s
 
 
 def _summary(m: dict[str, Any]) -> dict[str, Any]:
-    keys = ("samples", "accuracy", "f1", "f1_macro", "confusion", "accuracy_per_buffer_kb")
+    keys = ("samples", "accuracy", "f1", "f1_macro", "confusion", "accuracy_per_buffer_kb", "ece")
     return {k: (round(m[k], 5) if isinstance(m[k], float) else m[k]) for k in keys}
 
 

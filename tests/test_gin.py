@@ -13,12 +13,25 @@ import pytest
 import torch
 
 from explainers import train_gin as tg
+from explainers.active import ROUND, adaptation_curve
 from explainers.checkpoints import CheckpointError, load_checkpoint
 from explainers.dataset import FusionGroupDataset, training_samples
+from explainers.eval_gin import score_samples
 from explainers.gin import GINClassifier, load_gin
+from explainers.judge import Adaptation
 from fusionplan.data import dataset as ds
 from fusionplan.data import reader
-from fusionplan.data.features import FEATURE_NAMES, NUM_FEATURES
+from fusionplan.data.features import (
+    FEATURE_NAMES,
+    FEATURE_VERSION,
+    LOG_FLOOR,
+    NUM_FEATURES,
+    REL_CAP,
+    group_features,
+    node_feature_table,
+    with_buffer,
+)
+from fusionplan.ir.graph import Node, OpGraph, Tensor
 from tests.dataset_models import TINY_BUFFERS_KB, save_tiny
 
 
@@ -48,6 +61,37 @@ def trained(dataset_dir, tmp_path_factory):
     return weights, metrics
 
 
+# ----------------------------------------------------------------------------- features
+def test_relative_columns_are_the_nodes_bytes_over_the_buffer():
+    """A 3x3 conv (4 -> 8 channels, 16x16, int16) and a global pool at a 4 KB buffer: every
+    relative column by hand."""
+    tensors = [Tensor("x", (4, 16, 16), -1), Tensor("y", (8, 16, 16), 0),
+               Tensor("z", (8, 1, 1), 1)]  # fmt: skip
+    nodes = [
+        Node("conv", "Conv", "conv", (0,), (1,), kernel=(3, 3), pads=(1, 1, 1, 1),
+             weights=8 * 4 * 9 + 8),
+        Node("pool", "GlobalAveragePool", "global_pool", (1,), (2,), whole_input=True),
+    ]  # fmt: skip
+    g = OpGraph.build("two", nodes, tensors, [0], [2])
+    conv = 0
+    x, _ = group_features(g, node_feature_table(g), 0b11)
+    f = with_buffer(x, 4096, bytes_per_element=2)
+    col = {name: f[:, i] for i, name in enumerate(FEATURE_NAMES)}
+    b = 2 / 4096
+    expected_conv = {"weights": 296 * b, "in_row": 64 * b, "window": 192 * b,
+                     "out_row": 128 * b, "in_tensor": 1024 * b, "out_tensor": 2048 * b,
+                     "held": 0.0}  # fmt: skip
+    expected_pool = {"weights": 0.0, "in_row": 128 * b, "window": 128 * b, "out_row": 8 * b,
+                     "in_tensor": 2048 * b, "out_tensor": 8 * b, "held": 2048 * b}  # fmt: skip
+    for v, expected in ((conv, expected_conv), (1, expected_pool)):
+        for name, value in expected.items():
+            assert col[f"rel_{name}"][v] == pytest.approx(min(value, REL_CAP), rel=1e-5)
+            logged = np.clip(np.log2(max(value, 2**-LOG_FLOOR)), -LOG_FLOOR, 1) + LOG_FLOOR
+            assert col[f"log_rel_{name}"][v] == pytest.approx(logged / LOG_FLOOR, rel=1e-5)
+    assert np.all(col["log_buffer"] == 2.0)
+    assert f.shape == (2, NUM_FEATURES)
+
+
 # ----------------------------------------------------------------------------- dataset class
 def test_dataset_class_yields_one_sample_per_group_and_buffer(dataset_dir):
     data = reader.load_dataset(dataset_dir)
@@ -64,7 +108,8 @@ def test_dataset_class_yields_one_sample_per_group_and_buffer(dataset_dir):
     assert int(s.y) == int(data.labels["brr"]["valid"][g, 2])
     assert int(s.f_beta) == int(data.labels["brr"]["buffer"][g, 2])
     assert bool(s.y) == (int(s.f_beta) < int(s.buffer_bytes))
-    assert torch.allclose(s.x[:, -1], torch.full((n,), float(np.log2(TINY_BUFFERS_KB[2]))))
+    buffer = FEATURE_NAMES.index("log_buffer")
+    assert torch.allclose(s.x[:, buffer], torch.full((n,), float(np.log2(TINY_BUFFERS_KB[2]))))
     x, _ = data.features(g, TINY_BUFFERS_KB[2] * 1024)
     assert torch.equal(s.x, torch.from_numpy(x))
     assert test.group_mask(7) == data.group_mask(g)
@@ -130,7 +175,8 @@ def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
     weights, m = trained
     state, entry = load_checkpoint("gin", "lbdf", weights)  # torch.load(weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())
-    assert entry["feature_version"] and entry["gin_config"]["hidden"] == 128
+    assert entry["feature_version"] == FEATURE_VERSION and entry["gin_config"]["hidden"] == 64
+    assert entry["temperature"] == pytest.approx(m["temperature"]) and entry["temperature"] > 0
     assert entry["dataset"]["content_sha256"] == reader.read_manifest(dataset_dir)["content_sha256"]
     assert entry["metrics"]["test"]["accuracy"] == pytest.approx(m["test"]["accuracy"], abs=1e-5)
     manifest = json.loads((weights / "manifest.json").read_text())
@@ -157,6 +203,55 @@ def test_checkpoint_roundtrip_with_weights_only(trained, dataset_dir):
     packed = tg.PackedSamples(data, "lbdf", data.split(0)["test"])
     again = tg.evaluate(model, packed)
     assert again["accuracy"] == pytest.approx(m["test"]["accuracy"])
+
+
+def test_calibration_error_is_the_hand_counted_one():
+    # confidences 0.9, 0.9, 0.8 (one wrong) in the upper of two bins, 0.6 (right) in the lower
+    p_valid = np.array([0.9, 0.9, 0.2, 0.6])
+    y = np.array([1, 0, 0, 1])
+    upper = abs(2 / 3 - (0.9 + 0.9 + 0.8) / 3)
+    assert tg.calibration_error(p_valid, y, bins=2) == pytest.approx((3 * upper + 0.4) / 4)
+
+
+def test_the_fitted_temperature_lowers_the_validation_loss(trained, dataset_dir):
+    weights, m = trained
+    model = load_gin("lbdf", weights)
+    assert float(model.temperature) == pytest.approx(m["temperature"])
+    val = tg.PackedSamples(reader.load_dataset(dataset_dir), "lbdf",
+                           reader.load_dataset(dataset_dir).split(0)["val"])  # fmt: skip
+    y = torch.from_numpy(val.y)
+
+    def nll(t: float) -> float:
+        model.temperature.fill_(t)
+        return float(torch.nn.functional.cross_entropy(tg.logits_of(model, val), y))
+
+    fitted = m["temperature"]
+    assert nll(fitted) <= min(nll(1.0), nll(fitted * 1.5), nll(fitted / 1.5)) + 1e-9
+
+
+def test_active_learning_asks_where_the_gin_is_least_sure(trained, dataset_dir):
+    weights, _ = trained
+    gin = load_gin("lbdf", weights)
+    data = reader.load_dataset(dataset_dir)
+    parts = data.split(0)
+    pool = tg.PackedSamples(data, "lbdf", parts["train"][:40])
+    held_out = tg.PackedSamples(data, "lbdf", parts["test"])
+    frozen = Adaptation(steps=0)  # nothing learnt: every round asks about the same model
+    curve = adaptation_curve(gin, pool, held_out, queries=150, adaptation=frozen)
+    assert [p.queries for p in curve] == [0, ROUND, 2 * ROUND, 150]
+    p_valid = torch.softmax(tg.logits_of(gin, pool), 1)[:, 1].numpy()
+    nearest = np.argsort(np.abs(p_valid - 0.5), kind="stable")
+    asked = [i for p in curve for i in p.picked]
+    assert asked == list(nearest[:150])  # least sure first, each sample once
+    assert all(p.scores == curve[0].scores for p in curve)  # steps=0: the GIN never moved
+    assert curve[0].scores == score_samples(gin, held_out)
+    randomly = adaptation_curve(gin, pool, held_out, queries=150, pick="random",
+                                adaptation=frozen)  # fmt: skip
+    picks = [i for p in randomly for i in p.picked]
+    assert sorted(set(picks)) == sorted(picks) and picks != asked
+    learnt = adaptation_curve(gin, pool, held_out, queries=64)
+    assert learnt == adaptation_curve(gin, pool, held_out, queries=64)  # deterministic
+    assert learnt[1].scores != learnt[0].scores  # and it learns
 
 
 def test_missing_checkpoint_names_the_training_command(tmp_path):

@@ -3,6 +3,7 @@ per buffer, with the false-valid rate (overflowing groups called valid)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -50,6 +51,24 @@ def test_eval_command_scores_every_buffer_and_is_deterministic(tmp_path: Path) -
     )
     for s in scores:
         assert 0 <= s["false_valid"] <= 1 and 0 <= s["accuracy"] <= 1
+
+
+def test_eval_adapt_prints_how_the_scores_grow_with_answers(tmp_path: Path) -> None:
+    model = save(residual_block(16), tmp_path, "res")
+    out = tmp_path / "adapt.json"
+    result = CliRunner().invoke(
+        cli,
+        ["train", "eval", str(model), "--scheme", "lbdf", "--groups", "12",
+         "--buffers", "1KB,4KB,64KB", "--adapt", "80", "--json", str(out), "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "learning" in result.output and "answers" in result.output
+    data = json.loads(out.read_text())
+    curve = data["adapt"]["curve"]
+    assert curve[0]["queries"] == 0 and curve[0]["scores"] == data["scores"]
+    steps = [p["queries"] for p in curve]
+    assert steps == sorted(steps) and steps[-1] <= 80
+    assert all(0 < b - a <= 64 for a, b in itertools.pairwise(steps))
 
 
 @pytest.mark.parametrize(

@@ -41,11 +41,14 @@ _OUT = click.option(
 @_SCHEME
 @click.option("--dataset", type=click.Path(file_okay=False), help="Dataset directory.")
 @click.option("--epochs", type=int, default=50, show_default=True)
+@click.option("--hidden", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--layers", type=click.IntRange(min=1), default=4, show_default=True)
 @_SEED
 @_OUT
 @click.option("--quiet", "-q", is_flag=True)
-def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
-    """Train the GIN validity classifier of one scheme (80/10/10 split by group)."""
+def train_gin_cmd(scheme, dataset, epochs, hidden, layers, seed, out, quiet) -> None:
+    """Train the GIN validity classifier of one scheme (80/10/10 split by group), then fit
+    its temperature on the validation split."""
     # torch and torch_geometric (seconds to import) load when training starts, not for
     # --help or a bad option
     from explainers.train_gin import train_gin
@@ -59,15 +62,19 @@ def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
             seed=seed,
             progress=progress,
             out_dir=out,
+            hidden=hidden,
+            layers=layers,
         )
     rows = []
     for split in ("test", "unseen"):
         m = metrics[split]
-        rows.append([split, f"{m['accuracy']:.4f}", f"{m['f1']:.4f}", str(m["confusion"])])
+        if m:
+            rows.append([split, f"{m['accuracy']:.4f}", f"{m['f1']:.4f}", f"{m['ece']:.4f}",
+                         str(m["confusion"])])  # fmt: skip
     print_table(
-        ["split", "accuracy", "F1 (valid)", "confusion [[TN, FP], [FN, TP]]"],
+        ["split", "accuracy", "F1 (valid)", "ECE", "confusion [[TN, FP], [FN, TP]]"],
         rows,
-        title=f"GIN {scheme.upper()}",
+        title=f"GIN {scheme.upper()} (temperature {metrics['temperature']:.3f})",
     )
 
 
@@ -87,23 +94,71 @@ def train_gin_cmd(scheme, dataset, epochs, seed, out, quiet) -> None:
     show_default=True,
     help="Comma list of buffer sizes.",
 )
+@click.option(
+    "--adapt",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Then teach a copy of the GIN this model with up to N oracle answers from a second "
+    "draw, and score it after every round of 64.",
+)
+@click.option(
+    "--pick",
+    type=click.Choice(["uncertain", "random"]),
+    default="uncertain",
+    show_default=True,
+    help="Which samples --adapt asks about: where the GIN is least sure, or at random.",
+)
 @_SEED
 @click.option("--json", "json_path", type=OutputPath(), help="Write the scores as JSON here.")
 @click.option("--quiet", "-q", is_flag=True)
-def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
+def eval_cmd(model, scheme, groups, buffers, adapt, pick, seed, json_path, quiet) -> None:
     """Score the GIN of a scheme on MODEL (zoo name, ONNX file or synthetic graph such as
     nasnet-c3): accuracy, F1 and the false-valid rate (overflowing groups called valid) per
     buffer, against the cost model's labels. Uses the shipped weights or
-    $FUSIONPLAN_WEIGHTS_DIR."""
+    $FUSIONPLAN_WEIGHTS_DIR. With --adapt N, also how the scores grow with oracle answers
+    (active learning, explainers/active.py)."""
     sizes = whole_kb_sizes(buffers)
     # torch and torch_geometric (seconds to import) load once the options are good
+    from explainers.active import adapt_gin_on
     from explainers.eval_gin import evaluate_gin_on, scores_json
+    from explainers.gin import load_gin_model
 
+    kbs = [s // 1024 for s in sizes]
     with progress_bar(f"labelling {model} ({scheme})", enabled=not quiet) as progress:
-        scores = evaluate_gin_on(
-            model, scheme, groups=groups, buffers_kb=[s // 1024 for s in sizes], seed=seed,
-            progress=progress,
-        )  # fmt: skip
+        if adapt:
+            curve = adapt_gin_on(
+                load_gin_model(scheme), model, scheme, queries=adapt, pick=pick, groups=groups,
+                buffers_kb=kbs, seed=seed, progress=progress,
+            )  # fmt: skip
+            scores = curve[0].scores
+        else:
+            scores = evaluate_gin_on(
+                model, scheme, groups=groups, buffers_kb=kbs, seed=seed, progress=progress
+            )
+    _print_scores(scores, f"GIN {scheme.upper()} on {model}")
+    data = {"model": model, "scheme": scheme, "groups": groups, "seed": seed,
+            "scores": scores_json(scores)}  # fmt: skip
+    if adapt:
+        _print_scores(curve[-1].scores, f"after {curve[-1].queries} answers ({pick})")
+        rows = [
+            [str(p.queries), f"{p.overall.accuracy:.4f}", f"{p.overall.f1:.4f}",
+             f"{p.overall.false_valid:.4f}"]
+            for p in curve
+        ]  # fmt: skip
+        print_table(
+            ["answers", "accuracy", "F1 (valid)", "false-valid"],
+            rows,
+            title=f"learning {model} from the oracle ({pick} picks, rounds of 64)",
+        )
+        data["adapt"] = {"pick": pick, "queries": adapt,
+                         "curve": [{"queries": p.queries, "scores": scores_json(p.scores)}
+                                   for p in curve]}  # fmt: skip
+    if json_path:
+        write_text_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
+
+
+def _print_scores(scores, title: str) -> None:
     rows = [
         ["all" if s.buffer_kb is None else f"{s.buffer_kb} KB", str(s.samples),
          f"{s.valid_share:.3f}", f"{s.accuracy:.4f}", f"{s.f1:.4f}", f"{s.false_valid:.4f}"]
@@ -112,12 +167,8 @@ def eval_cmd(model, scheme, groups, buffers, seed, json_path, quiet) -> None:
     print_table(
         ["buffer", "samples", "valid share", "accuracy", "F1 (valid)", "false-valid"],
         rows,
-        title=f"GIN {scheme.upper()} on {model}",
+        title=title,
     )
-    if json_path:
-        data = {"model": model, "scheme": scheme, "groups": groups, "seed": seed,
-                "scores": scores_json(scores)}  # fmt: skip
-        write_text_atomic(Path(json_path), json.dumps(data, indent=2) + "\n")
 
 
 @train_group.command("explain-eval")
