@@ -39,7 +39,14 @@ NUM_STORED = len(STORED_NAMES)
 STORED_VERSION = 1
 """Version of the stored columns (a dataset's ``feature_version``)."""
 
-_RELATIVE = ("weights", "in_row", "window", "out_row", "in_tensor", "out_tensor", "held")
+STRUCTURE_NAMES: tuple[str, ...] = ("log_lag_depth", "log_skip_rows")
+"""Columns derived from the stored ones and the group's edges (:func:`with_structure`): the
+rows a node's first output row waits for along the group (its pipeline depth) and the rows
+its output must be kept for its latest in-group reader (a skip connection's span)."""
+GRAPH_NAMES: tuple[str, ...] = STORED_NAMES + STRUCTURE_NAMES
+NUM_GRAPH = len(GRAPH_NAMES)
+
+_RELATIVE = ("weights", "in_row", "window", "out_row", "skip", "in_tensor", "out_tensor", "held")
 ACCEL_NAMES: tuple[str, ...] = (
     "log_buffer",
     *(f"rel_{r}" for r in _RELATIVE),
@@ -49,7 +56,7 @@ ACCEL_NAMES: tuple[str, ...] = (
 relative size as a fraction of the buffer capped at ``REL_CAP`` (sums stay readable), and
 as ``log2`` of the fraction clipped to ``[-LOG_FLOOR, 0] + log2(REL_CAP)`` (small sizes
 stay distinguishable)."""
-FEATURE_NAMES: tuple[str, ...] = STORED_NAMES + ACCEL_NAMES
+FEATURE_NAMES: tuple[str, ...] = GRAPH_NAMES + ACCEL_NAMES
 NUM_FEATURES = len(FEATURE_NAMES)
 FEATURE_VERSION = 2
 """Version of the model input (stored + accelerator columns), recorded with checkpoints."""
@@ -117,7 +124,7 @@ def group_features(
 
 
 def _stored(name: str) -> int:
-    return STORED_NAMES.index(name)
+    return GRAPH_NAMES.index(name)
 
 
 def _unlog(x: np.ndarray) -> np.ndarray:
@@ -126,21 +133,49 @@ def _unlog(x: np.ndarray) -> np.ndarray:
     return np.exp2(x.astype(np.float64)) - 1.0
 
 
+def with_structure(x: np.ndarray, edge_index: np.ndarray) -> np.ndarray:
+    """Stored columns ``x`` (k, NUM_STORED) followed by the :data:`STRUCTURE_NAMES` columns.
+
+    ``x`` may hold several groups: nodes are in topological order within a group and edges
+    never leave one (a batch of groups is one disjoint graph). A node's *lag* is the rows it
+    reads beyond its first (half its row span), or its input's height if it holds the input
+    whole; its depth is the longest sum of lags on an in-group path to it (relaxed edge by
+    edge until nothing changes), and its skip the most any in-group reader starts behind it.
+    Row counts of the LBDF pipeline, but plain graph facts any line-buffered design pays
+    for."""
+    span = x[:, _stored("kernel_h")].astype(np.float64)
+    in_h = _unlog(x[:, _stored("log_in_h")])
+    lag = np.where(x[:, _stored("whole_input")] > 0, in_h, np.floor(span / 2))
+    src, dst = edge_index[0].astype(np.int64), edge_index[1].astype(np.int64)
+    depth = lag.copy()
+    while len(src):
+        longer = depth.copy()
+        np.maximum.at(longer, dst, depth[src] + lag[dst])
+        if np.array_equal(longer, depth):
+            break
+        depth = longer
+    skip = np.zeros(len(x))
+    np.maximum.at(skip, src, depth[dst] - lag[dst] - depth[src])
+    columns = np.log2(1.0 + np.stack([depth, np.maximum(skip, 0.0)], axis=1))
+    return np.concatenate([x, columns], axis=1).astype(np.float32)
+
+
 def with_buffer(
     x: np.ndarray, buffer_bytes: int | np.ndarray, bytes_per_element: int = 1
 ) -> np.ndarray:
-    """The model input of stored columns ``x`` (k, NUM_STORED) at a buffer of ``buffer_bytes``
-    (one size, or one per row) with ``bytes_per_element``: ``x`` followed by the
-    :data:`ACCEL_NAMES` columns."""
+    """The model input of graph columns ``x`` (k, NUM_GRAPH; :func:`with_structure`) at a
+    buffer of ``buffer_bytes`` (one size, or one per row) with ``bytes_per_element``: ``x``
+    followed by the :data:`ACCEL_NAMES` columns."""
     beta = np.broadcast_to(np.asarray(buffer_bytes, dtype=np.float64), (len(x),))[:, None]
     in_c, in_h, in_w = (_unlog(x[:, _stored(f"log_in_{a}")]) for a in "chw")
     out_c, out_h, out_w = (_unlog(x[:, _stored(f"log_out_{a}")]) for a in "chw")
     weights = _unlog(x[:, _stored("log_weights")])
     span = x[:, _stored("kernel_h")].astype(np.float64)
     whole = x[:, _stored("whole_input")].astype(np.float64)
+    skip = _unlog(x[:, _stored("log_skip_rows")])
     in_row, out_row = in_c * in_w, out_c * out_w
     sizes = np.stack(
-        [weights, in_row, np.minimum(span, in_h) * in_row, out_row,
+        [weights, in_row, np.minimum(span, in_h) * in_row, out_row, skip * out_row,
          in_c * in_h * in_w, out_c * out_h * out_w, whole * in_c * in_h * in_w],
         axis=1,
     ) * (bytes_per_element / beta)  # fmt: skip
@@ -149,3 +184,11 @@ def with_buffer(
             + LOG_FLOOR) / LOG_FLOOR  # fmt: skip
     buffer = np.log2(beta / 1024)
     return np.concatenate([x, buffer, linear, logs], axis=1).astype(np.float32)
+
+
+def model_input(
+    x: np.ndarray, edge_index: np.ndarray, buffer_bytes: int, bytes_per_element: int = 1
+) -> np.ndarray:
+    """The GIN's input (k, NUM_FEATURES) of stored columns ``x`` and ``edge_index`` (one
+    group, or a batch of them as one disjoint graph) at one accelerator."""
+    return with_buffer(with_structure(x, edge_index), buffer_bytes, bytes_per_element)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fusionplan.data.features import STORED_VERSION, with_buffer
+from fusionplan.data.features import STORED_VERSION, with_buffer, with_structure
 from fusionplan.data.shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -62,8 +63,9 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
 class GroupDataset:
     """A loaded dataset: every group of every shard, concatenated in manifest order.
 
-    Group ``i`` has nodes ``x[node_ptr[i]:node_ptr[i+1]]`` (the stored feature columns,
-    ``features.STORED_NAMES``), local edges ``edge_index[:, edge_ptr[i]:edge_ptr[i+1]]``, model
+    Group ``i`` has nodes ``x[node_ptr[i]:node_ptr[i+1]]`` (the graph columns,
+    ``features.GRAPH_NAMES``: the stored ones and those derived from the group's edges),
+    local edges ``edge_index[:, edge_ptr[i]:edge_ptr[i+1]]``, model
     ``models[model_index[i]]`` and bitmask ``int(mask[i], 16)``. ``labels[scheme]`` holds
     ``buffer`` (F_beta bytes), ``dram`` (F_D bytes) and ``valid`` arrays of shape
     (groups, len(buffers)).
@@ -77,7 +79,7 @@ class GroupDataset:
     mask: np.ndarray  # (G,) str hex
     node_ptr: np.ndarray  # (G+1,) int64
     edge_ptr: np.ndarray  # (G+1,) int64
-    x: np.ndarray  # (N, NUM_STORED) float32
+    x: np.ndarray  # (N, NUM_GRAPH) float32
     node_id: np.ndarray  # (N,) int32
     edge_index: np.ndarray  # (2, E) int64, local to each group
     buffers: np.ndarray  # (B,) int64 bytes
@@ -106,13 +108,13 @@ class GroupDataset:
         return int(self.mask[i], 16)
 
     def group_arrays(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """(stored columns, local edge_index) of group ``i``."""
+        """(graph columns, local edge_index) of group ``i``."""
         a, b = self.node_ptr[i], self.node_ptr[i + 1]
         c, d = self.edge_ptr[i], self.edge_ptr[i + 1]
         return self.x[a:b], self.edge_index[:, c:d]
 
     def features(self, i: int, buffer_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-        """(x, edge_index) of group ``i`` exactly as ``with_buffer(group_features(...)[0],
+        """(x, edge_index) of group ``i`` exactly as ``model_input(*group_features(...),
         buffer_bytes, bytes_per_element)`` would give them (the dataset's bytes per element)."""
         x, ei = self.group_arrays(i)
         return with_buffer(x, int(buffer_bytes), self.bytes_per_element), ei
@@ -121,12 +123,23 @@ class GroupDataset:
         """Group indices of models with ``role`` ("train" or "unseen")."""
         return np.flatnonzero(self.role_of_group == role)
 
-    def split(self, seed: int = 0, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
-              ) -> dict[str, np.ndarray]:  # fmt: skip
+    def split(self, seed: int = 0, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+              hold_out: Sequence[str] = ()) -> dict[str, np.ndarray]:  # fmt: skip
         """Deterministic train/val/test split **by group** of the training models' groups
         (all buffer sizes of a group land in the same part), plus ``unseen``: every group
-        of the held-out models. Sizes are floor(0.8 G), floor(0.1 G), the rest."""
-        idx = self.indices("train")
+        of the held-out models. Sizes are floor(0.8 G), floor(0.1 G), the rest.
+
+        ``hold_out`` names training models to treat as held out (their groups join
+        ``unseen``): one dataset serves a model trained on every family and the models
+        that leave one family out to measure generalisation to it."""
+        unknown = sorted(set(hold_out) - set(self.models))
+        if unknown:
+            raise DatasetError(
+                f"cannot hold out {', '.join(unknown)}: not a model of the dataset at "
+                f"{self.root} ({', '.join(self.models)})"
+            )
+        out = np.isin(self.model_index, [self.models.index(m) for m in hold_out])
+        idx = np.flatnonzero((self.role_of_group == "train") & ~out)
         perm = idx[np.random.default_rng(seed).permutation(len(idx))]
         n_train = math.floor(fractions[0] * len(idx))
         n_val = math.floor(fractions[1] * len(idx))
@@ -134,7 +147,7 @@ class GroupDataset:
             "train": np.sort(perm[:n_train]),
             "val": np.sort(perm[n_train : n_train + n_val]),
             "test": np.sort(perm[n_train + n_val :]),
-            "unseen": self.indices("unseen"),
+            "unseen": np.flatnonzero((self.role_of_group == "unseen") | out),
         }
 
 
@@ -186,6 +199,12 @@ def load_dataset(path: str | os.PathLike, *, verify: bool = True) -> GroupDatase
     def cat(k: str, empty: np.ndarray, axis: int = 0) -> np.ndarray:
         return np.concatenate(parts[k], axis=axis) if parts.get(k) else empty
 
+    node_ptr = np.append(cat("node_ptr", np.zeros(0, np.int64)), node_off).astype(np.int64)
+    edge_ptr = np.append(cat("edge_ptr", np.zeros(0, np.int64)), edge_off).astype(np.int64)
+    edge_index = cat("edge_index", np.zeros((2, 0), np.int64), axis=1)
+    # the structure columns once for every group: one disjoint graph of global node indices
+    owner_offset = np.repeat(node_ptr[:-1], np.diff(edge_ptr))
+    x = with_structure(cat("x", np.zeros((0, width), np.float32)), edge_index + owner_offset)
     return GroupDataset(
         root=root,
         manifest=m,
@@ -193,11 +212,11 @@ def load_dataset(path: str | os.PathLike, *, verify: bool = True) -> GroupDatase
         roles=roles,
         model_index=np.concatenate(model_index) if model_index else np.zeros(0, np.int32),
         mask=cat("mask", np.zeros(0, "<U1")),
-        node_ptr=np.append(cat("node_ptr", np.zeros(0, np.int64)), node_off).astype(np.int64),
-        edge_ptr=np.append(cat("edge_ptr", np.zeros(0, np.int64)), edge_off).astype(np.int64),
-        x=cat("x", np.zeros((0, width), np.float32)),
+        node_ptr=node_ptr,
+        edge_ptr=edge_ptr,
+        x=x,
         node_id=cat("node_id", np.zeros(0, np.int32)),
-        edge_index=cat("edge_index", np.zeros((2, 0), np.int64), axis=1),
+        edge_index=edge_index,
         buffers=np.array([kb * 1024 for kb in m["buffers_kb"]], np.int64),
         labels={
             sc: {k: cat(f"{sc}_{k}", np.zeros((0, nb))) for k in ("buffer", "dram", "valid")}

@@ -24,7 +24,7 @@ import torch
 from torch_geometric.data import Data
 
 from explainers.base import INVALID, SupportsExplain
-from fusionplan.data.features import group_features, node_feature_table, with_buffer
+from fusionplan.data.features import group_features, model_input, node_feature_table
 from fusionplan.ir.graph import Group, bits
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def group_sample(cost_model: CostModel, table: np.ndarray, group: Group) -> Data
     """The GIN sample of ``group`` as the dataset builds it (``table``: the graph's
     :func:`~fusionplan.data.features.node_feature_table`), at ``cost_model``'s buffer."""
     x, edge_index = group_features(cost_model.graph, table, group)
-    x = with_buffer(x, cost_model.beta, cost_model.b)
+    x = model_input(x, edge_index, cost_model.beta, cost_model.b)
     return Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(edge_index))
 
 
@@ -53,8 +53,9 @@ def group_batch(
         edges.append(edge_index + offset)
         owner.append(np.full(len(x), i, dtype=np.int64))
         offset += len(x)
-    x = with_buffer(np.concatenate(xs), cost_model.beta, cost_model.b)
-    return (torch.from_numpy(x), torch.from_numpy(np.concatenate(edges, axis=1)),
+    edge_index = np.concatenate(edges, axis=1)
+    x = model_input(np.concatenate(xs), edge_index, cost_model.beta, cost_model.b)
+    return (torch.from_numpy(x), torch.from_numpy(edge_index),
             torch.from_numpy(np.concatenate(owner)))  # fmt: skip
 
 

@@ -68,6 +68,7 @@ class TrainSettings:
     seed: int = 0
     split_seed: int = 0
     class_weights: bool = False
+    hold_out: tuple[str, ...] = ()  # training models moved to the unseen split
 
 
 # ----------------------------------------------------------------------------- batching
@@ -229,6 +230,7 @@ def train_gin(
     log: Callable[[str], None] | None = None,
     hidden: int = GINConfig.hidden,
     layers: int = GINConfig.layers,
+    hold_out: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Train the GIN for ``scheme`` on the dataset at ``dataset_dir``; returns the metrics.
 
@@ -246,6 +248,7 @@ def train_gin(
     settings = TrainSettings(
         epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), seed=int(seed),
         split_seed=int(split_seed), class_weights=bool(class_weights),
+        hold_out=tuple(hold_out),
     )  # fmt: skip
     if settings.epochs < 1 or settings.batch_size < 1 or not settings.lr > 0:
         raise ConfigError("epochs and batch size must be >= 1 and the learning rate > 0")
@@ -258,7 +261,7 @@ def train_gin(
         )
     _set_threads(threads)
     started = time.perf_counter()
-    parts = data.split(settings.split_seed)
+    parts = data.split(settings.split_seed, hold_out=settings.hold_out)
     if len(parts["train"]) == 0 or len(parts["val"]) == 0:
         raise ConfigError(f"the dataset at {dataset_dir} is too small to split 80/10/10")
     packed = {k: PackedSamples(data, scheme, v) for k, v in parts.items()}
@@ -337,8 +340,10 @@ def train_gin(
                 "format_version": data.manifest["format_version"],
                 "groups": {k: len(v) for k, v in parts.items()},
                 "samples": {k: len(v) for k, v in packed.items()},
-                "train_models": data.manifest["train_models"],
-                "unseen_models": data.manifest["unseen_models"],
+                "train_models": [
+                    m for m in data.manifest["train_models"] if m not in settings.hold_out
+                ],
+                "unseen_models": [*data.manifest["unseen_models"], *settings.hold_out],
                 "buffers_kb": data.manifest["buffers_kb"],
             },
             "settings": asdict(settings),

@@ -21,7 +21,12 @@ import pytest
 from accel_model import Accelerator, make_cost_model
 from fusionplan.data import dataset as ds
 from fusionplan.data import reader, shards
-from fusionplan.data.features import group_features, node_feature_table, with_buffer
+from fusionplan.data.features import (
+    group_features,
+    model_input,
+    node_feature_table,
+    with_structure,
+)
 from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import bits, is_weakly_connected
 from fusionplan.ir.onnx_import import load_model
@@ -241,13 +246,13 @@ def test_every_stored_group_agrees_with_the_cost_model(generated, models):
             assert 1 <= g.bit_count() <= 256 and is_weakly_connected(graph, g)
             x, ei = group_features(graph, table, g)
             sx, sei = data.group_arrays(i)
-            np.testing.assert_array_equal(sx, x)
+            np.testing.assert_array_equal(sx, with_structure(x, ei))
             np.testing.assert_array_equal(sei, ei)
             a, b = data.node_ptr[i], data.node_ptr[i + 1]
             assert list(data.node_id[a:b]) == bits(g)
             for bi, kb in enumerate(TINY_BUFFERS_KB):
                 fx, _ = data.features(i, kb * 1024)
-                np.testing.assert_array_equal(fx, with_buffer(x, kb * 1024))
+                np.testing.assert_array_equal(fx, model_input(x, ei, kb * 1024))
                 for s in ("lbdf", "brr"):
                     c = cms[(s, kb)].cost(g)
                     lab = data.labels[s]
@@ -303,6 +308,21 @@ def test_split_is_by_group_deterministic_and_80_10_10(generated):
     again = data.split(0)
     assert all(np.array_equal(parts[k], again[k]) for k in parts)
     assert not np.array_equal(parts["test"], data.split(1)["test"])
+
+
+def test_a_training_model_can_be_held_out_at_split_time(generated):
+    out, _ = generated
+    data = reader.load_dataset(out)
+    parts = data.split(0, hold_out=["tiny_b"])
+    b = data.models.index("tiny_b")
+    trained = np.concatenate([parts["train"], parts["val"], parts["test"]])
+    assert len(trained) and not np.any(data.model_index[trained] == b)
+    assert set(parts["unseen"]) == set(data.indices("unseen")) | set(
+        np.flatnonzero(data.model_index == b)
+    )
+    assert len(trained) + len(parts["unseen"]) == len(data)
+    with pytest.raises(shards.DatasetError, match="cannot hold out nope: not a model"):
+        data.split(0, hold_out=["nope"])
 
 
 def test_reader_rejects_corrupt_missing_and_foreign_datasets(tmp_path, generated):

@@ -29,8 +29,8 @@ from fusionplan.app.api import plan  # noqa: E402
 from fusionplan.data.features import (  # noqa: E402
     FEATURE_VERSION,
     group_features,
+    model_input,
     node_feature_table,
-    with_buffer,
 )
 from fusionplan.ir.graph import bits, is_weakly_connected, mask_of  # noqa: E402
 from fusionplan.planning.split import SPLITTERS, make_splitter  # noqa: E402
@@ -61,7 +61,7 @@ def samples(n_graphs=40, seed=0):
             x, ei = group_features(g, table, grp)
             out.append(
                 Data(
-                    x=torch.from_numpy(with_buffer(x, beta)),
+                    x=torch.from_numpy(model_input(x, ei, beta)),
                     edge_index=torch.from_numpy(ei),
                     y=torch.tensor([int(cm.is_valid(grp))]),
                 )

@@ -52,7 +52,7 @@ from explainers.gnnexplainer import GNNExplainerAlgorithm  # noqa: E402
 from explainers.pgexplainer import PGExplainerAlgorithm  # noqa: E402
 from explainers.ranking import ExplainerRanker  # noqa: E402
 from explainers.rgexplainer import RGExplainerAlgorithm, embedding_dim  # noqa: E402
-from fusionplan.data.features import group_features, node_feature_table, with_buffer  # noqa: E402
+from fusionplan.data.features import group_features, model_input, node_feature_table  # noqa: E402
 from fusionplan.ir.graph import Node, OpGraph, Tensor, bits, mask_of  # noqa: E402
 from fusionplan.planning.split import group_edges  # noqa: E402
 
@@ -163,7 +163,7 @@ def random_graph(rng: random.Random, beta: int) -> OpGraph:
 def sample_of(graph, group, beta, table=None):
     table = node_feature_table(graph) if table is None else table
     x, ei = group_features(graph, table, group)
-    return Data(x=torch.from_numpy(with_buffer(x, beta)), edge_index=torch.from_numpy(ei))
+    return Data(x=torch.from_numpy(model_input(x, ei, beta)), edge_index=torch.from_numpy(ei))
 
 
 def make_dataset(n_graphs=400, seed=0, per_graph=6):

@@ -24,12 +24,14 @@ from fusionplan.data import reader
 from fusionplan.data.features import (
     FEATURE_NAMES,
     FEATURE_VERSION,
+    GRAPH_NAMES,
     LOG_FLOOR,
     NUM_FEATURES,
     REL_CAP,
     group_features,
+    model_input,
     node_feature_table,
-    with_buffer,
+    with_structure,
 )
 from fusionplan.ir.graph import Node, OpGraph, Tensor
 from tests.dataset_models import TINY_BUFFERS_KB, save_tiny
@@ -74,8 +76,8 @@ def test_relative_columns_are_the_nodes_bytes_over_the_buffer():
     ]  # fmt: skip
     g = OpGraph.build("two", nodes, tensors, [0], [2])
     conv = 0
-    x, _ = group_features(g, node_feature_table(g), 0b11)
-    f = with_buffer(x, 4096, bytes_per_element=2)
+    x, ei = group_features(g, node_feature_table(g), 0b11)
+    f = model_input(x, ei, 4096, bytes_per_element=2)
     col = {name: f[:, i] for i, name in enumerate(FEATURE_NAMES)}
     b = 2 / 4096
     expected_conv = {"weights": 296 * b, "in_row": 64 * b, "window": 192 * b,
@@ -90,6 +92,33 @@ def test_relative_columns_are_the_nodes_bytes_over_the_buffer():
             assert col[f"log_rel_{name}"][v] == pytest.approx(logged / LOG_FLOOR, rel=1e-5)
     assert np.all(col["log_buffer"] == 2.0)
     assert f.shape == (2, NUM_FEATURES)
+
+
+def test_structure_columns_are_the_pipeline_depth_and_skip_by_hand():
+    """stem 3x3 -> conv1 3x3 -> conv2 3x3 -> add(conv2, stem): lags 1, 1, 1, 0; depths 1, 2,
+    3, 3; the add starts 3 rows after the stem's first row, conv1 1 row after: skip 2."""
+    shape = (4, 8, 8)
+    tensors = [Tensor(n, shape, -1) for n in ("x", "s", "a", "b", "y")]
+    conv = dict(kernel=(3, 3), pads=(1, 1, 1, 1), weights=148)
+    nodes = [
+        Node("stem", "Conv", "conv", (0,), (1,), **conv),
+        Node("conv1", "Conv", "conv", (1,), (2,), **conv),
+        Node("conv2", "Conv", "conv", (2,), (3,), **conv),
+        Node("add", "Add", "eltwise", (3, 1), (4,)),
+    ]
+    g = OpGraph.build("res", nodes, tensors, [0], [4])
+    x, ei = group_features(g, node_feature_table(g), 0b1111)
+    both = with_structure(x, ei)
+    depth = np.exp2(both[:, GRAPH_NAMES.index("log_lag_depth")]) - 1
+    skip = np.exp2(both[:, GRAPH_NAMES.index("log_skip_rows")]) - 1
+    np.testing.assert_allclose(depth, [1, 2, 3, 3], atol=1e-5)
+    np.testing.assert_allclose(skip, [2, 0, 0, 0], atol=1e-5)
+    # a batch of two copies (the second one's labels shifted) gives each copy the same rows
+    batch = with_structure(np.concatenate([x, x]), np.concatenate([ei, ei + 4], axis=1))
+    np.testing.assert_array_equal(batch, np.concatenate([both, both]))
+    model = model_input(x, ei, 1024)
+    rel_skip = model[:, FEATURE_NAMES.index("rel_skip")]
+    np.testing.assert_allclose(rel_skip, [2 * 32 / 1024, 0, 0, 0], rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- dataset class

@@ -12,6 +12,7 @@ from explainers import EXPLAINERS
 from explainers.checkpoints import weights_dir
 from fusionplan.app.cli.common import (
     OutputPath,
+    comma_list,
     print_table,
     progress_bar,
     scheme_option,
@@ -43,10 +44,15 @@ _OUT = click.option(
 @click.option("--epochs", type=int, default=50, show_default=True)
 @click.option("--hidden", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--layers", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--hold-out",
+    help="Comma list of the dataset's training models to leave out of training and score "
+    "as unseen (leave a whole family out to measure generalisation to it).",
+)
 @_SEED
 @_OUT
 @click.option("--quiet", "-q", is_flag=True)
-def train_gin_cmd(scheme, dataset, epochs, hidden, layers, seed, out, quiet) -> None:
+def train_gin_cmd(scheme, dataset, epochs, hidden, layers, hold_out, seed, out, quiet) -> None:
     """Train the GIN validity classifier of one scheme (80/10/10 split by group), then fit
     its temperature on the validation split."""
     # torch and torch_geometric (seconds to import) load when training starts, not for
@@ -64,6 +70,7 @@ def train_gin_cmd(scheme, dataset, epochs, hidden, layers, seed, out, quiet) -> 
             out_dir=out,
             hidden=hidden,
             layers=layers,
+            hold_out=comma_list(hold_out) or (),
         )
     rows = []
     for split in ("test", "unseen"):
