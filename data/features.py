@@ -21,10 +21,11 @@ several buffer sizes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
-from fusionplan.ir.graph import OP_KINDS, Group, OpGraph, bits, row_span
+from fusionplan.ir.graph import OP_KINDS, Group, OpGraph, row_span
 
 STORED_NAMES: tuple[str, ...] = (
     *(f"kind_{k}" for k in OP_KINDS),
@@ -96,31 +97,59 @@ def group_features(
     graph: OpGraph, table: np.ndarray, group: Group
 ) -> tuple[np.ndarray, np.ndarray]:
     """(x, edge_index) of ``group``: x is (k, NUM_STORED) (the stored columns; the model's
-    input is ``with_buffer(x, ...)``), edge_index is (2, e) int64 over local indices."""
-    nodes = bits(group)
-    local = {v: i for i, v in enumerate(nodes)}
-    x = table[nodes].copy()
-    pred, succ = graph.pred_mask, graph.succ_mask
-    src, dst = [], []
-    base = len(OP_KINDS) + 13
-    for i, v in enumerate(nodes):
-        inner_preds = pred[v] & group
-        x[i, base] = inner_preds.bit_count()
-        x[i, base + 1] = (succ[v] & group).bit_count()
-        node = graph.nodes[v]
-        x[i, base + 2] = sum(
-            1 for t in node.inputs
-            if graph.tensors[t].producer < 0 or not (group >> graph.tensors[t].producer) & 1
-        )  # fmt: skip
-        x[i, base + 3] = sum(
-            1 for t in node.outputs
-            if graph.consumer_mask[t] & ~group or t in graph.graph_output_set
-        )  # fmt: skip
-        for u in bits(inner_preds):
-            src.append(local[u])
-            dst.append(i)
-    edge_index = np.array([src, dst], dtype=np.int64).reshape(2, -1)
+    input is :func:`model_input`), edge_index is (2, e) int64 over local indices."""
+    x, edge_index, _ = batch_features(graph, table, [group])
     return x, edge_index
+
+
+def batch_features(
+    graph: OpGraph, table: np.ndarray, groups: Sequence[Group]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, edge_index, owner) of ``groups`` as one disjoint graph: each group's nodes in
+    ascending label, one after the other, with their stored columns (``table``: the graph's
+    :func:`node_feature_table`, the structural columns filled here), the edges between
+    distinct producer and consumer nodes inside a group (by consumer, then producer) over
+    batch indices, and the group index of each node.
+
+    Numpy over (groups x edges) membership arrays rather than a loop over nodes: the GIN
+    judge classifies its probed cuts 64 groups at a time, and the loop cost ~0.2 ms a group.
+    """
+    n = len(graph)
+    width = max(1, (n + 7) // 8)
+    raw = b"".join(g.to_bytes(width, "little") for g in groups)
+    inside = np.unpackbits(
+        np.frombuffer(raw, np.uint8).reshape(len(groups), width), axis=1, bitorder="little"
+    )[:, :n].astype(bool)
+    owner, nodes = np.nonzero(inside)
+    k = len(nodes)
+    x = table[nodes].copy()
+    local = np.full(inside.shape, -1, dtype=np.int64)
+    local[owner, nodes] = np.arange(k)
+    src, dst, tensor = graph.edge_arrays
+    # a tensor edge p -> c inside a group makes c's input internal; p's output leaves the
+    # group when some reader is outside it
+    kept = inside[:, src] & inside[:, dst]
+    g_in, e_in = np.nonzero(kept)
+    internal_inputs = np.bincount(local[g_in, dst[e_in]], minlength=k)
+    leaves = np.zeros((len(groups), len(graph.tensors)), dtype=bool)
+    g_out, e_out = np.nonzero(inside[:, src] & ~inside[:, dst])
+    leaves[g_out, tensor[e_out]] = True
+    leaves[:, list(graph.graph_output_set)] = True
+    maker, made = graph.output_arrays
+    g_ext, m_ext = np.nonzero(leaves[:, made] & inside[:, maker])
+    external_outputs = np.bincount(local[g_ext, maker[m_ext]], minlength=k)
+    # distinct producer -> consumer pairs inside a group, for the edges and the counts
+    pair = np.ones(len(src), dtype=bool)
+    pair[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    g_pair, e_pair = np.nonzero(kept[:, pair])
+    e_src = local[g_pair, src[pair][e_pair]]
+    e_dst = local[g_pair, dst[pair][e_pair]]
+    base = len(OP_KINDS) + 13
+    x[:, base] = np.bincount(e_dst, minlength=k)
+    x[:, base + 1] = np.bincount(e_src, minlength=k)
+    x[:, base + 2] = x[:, STORED_NAMES.index("n_inputs")] - internal_inputs
+    x[:, base + 3] = external_outputs
+    return x, np.stack([e_src, e_dst]).astype(np.int64).reshape(2, -1), owner.astype(np.int64)
 
 
 def _stored(name: str) -> int:

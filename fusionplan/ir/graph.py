@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
+
 from fusionplan.ir.errors import GraphError
 
 Group = int
@@ -174,6 +176,25 @@ class OpGraph:
         """Distinct (producer, consumer) node pairs; several tensors between two nodes
         count once."""
         return tuple(sorted({(e.src, e.dst) for e in self.edges}))
+
+    @cached_property
+    def edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(src, dst, tensor) of every edge as int64 arrays sorted by (dst, src, tensor): the
+        edges in the form batched numpy code (group features) reads."""
+        rows = sorted((e.dst, e.src, e.tensor) for e in self.edges)
+        dst, src, tensor = (
+            (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
+            if rows
+            else (np.zeros(0, np.int64),) * 3
+        )
+        return src, dst, tensor
+
+    @cached_property
+    def output_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(node, tensor) int64 arrays: every used output tensor of every node."""
+        pairs = [(v, t) for v, n in enumerate(self.nodes) for t in n.outputs]
+        both = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        return both[:, 0], both[:, 1]
 
     @cached_property
     def consumer_mask(self) -> tuple[Group, ...]:
