@@ -8,6 +8,7 @@ a clear error that names the command rebuilding it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -34,6 +35,17 @@ def weights_dir() -> Path:
 
 def checkpoint_name(kind: str, scheme: str) -> str:
     return f"{kind}-{scheme}.pt"
+
+
+def weights_identity(scheme: str) -> str:
+    """A short hash of the bytes of every checkpoint of ``scheme`` in :func:`weights_dir`:
+    results that depend on the weights (a bench row of a GNN splitter) key on it, so a
+    rerun after retraining recomputes them instead of resuming stale ones."""
+    h = hashlib.sha256()
+    for path in sorted(weights_dir().glob(f"*-{scheme}.pt")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def rebuild_command(kind: str, scheme: str) -> str:

@@ -67,3 +67,19 @@ def test_one_run_stops_at_its_query_budget():
     assert r["trace"][-1][1] == r["dram"] and r["key"] == config.key(
         "nasnet-c3|brr|128KB|rs|random|0"
     )
+
+
+def test_a_gnn_splitters_row_is_keyed_by_the_weights_it_reads(tmp_path, monkeypatch):
+    from explainers.checkpoints import WEIGHTS_ENV
+
+    config = QueriesConfig()
+    monkeypatch.setenv(WEIGHTS_ENV, str(tmp_path))
+    (tmp_path / "gin-brr.pt").write_bytes(b"one")
+    tree, rg = "m|brr|128KB|ls|tree|0", "m|brr|128KB|ls|gin-rg|0"
+    before = config.key(tree), config.key(rg)
+    (tmp_path / "gin-brr.pt").write_bytes(b"two")  # retrained
+    assert config.key(tree) == before[0]  # model-free rows resume
+    after = config.key(rg)
+    assert after != before[1]  # GNN rows run again
+    (tmp_path / "gin-lbdf.pt").write_bytes(b"other scheme")
+    assert config.key(rg) == after  # another scheme's weights are not read

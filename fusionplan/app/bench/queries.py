@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from explainers.checkpoints import weights_identity
 from fusionplan.app.bench import machine_line, run_spliced
 from fusionplan.app.bench.certified import load_certified
 from fusionplan.app.pipeline import PlanRequest, assemble
@@ -29,6 +30,7 @@ MB = 2**20
 BEGIN = "<!-- fusionplan bench queries: begin (generated; edit outside these markers) -->"
 END = "<!-- fusionplan bench queries: end -->"
 REFERENCE = "auto"  # the run name's search for a cell's reference plan
+MODEL_FREE = ("random", "tree")  # splitters that read no trained weights
 
 Row = dict[str, Any]
 
@@ -69,8 +71,13 @@ class QueriesConfig:
 
     def key(self, run: str) -> str:
         """The run and what bounds it (the checkpoints only read a row, so they are not in
-        it: a rerun reading at other counts reuses the rows)."""
-        return f"queries|{run}|{self.query_budget}|{self.plan_budget}"
+        it: a rerun reading at other counts reuses the rows), and for a GNN-guided splitter
+        the weights it reads (retrained weights: the row is run again)."""
+        key = f"queries|{run}|{self.query_budget}|{self.plan_budget}"
+        _, scheme, _, search, splitter, _ = run.split("|")
+        if search != REFERENCE and splitter not in MODEL_FREE:
+            key += f"|{weights_identity(scheme)}"
+        return key
 
 
 def measure(run: str, config: QueriesConfig) -> Row:
