@@ -57,8 +57,6 @@ from fusionplan.data.shards import (
 )
 from fusionplan.data.synthetic import SYNTHETIC
 from fusionplan.data.zoo import (
-    TRAIN_MODELS,
-    UNSEEN_MODELS,
     cache_dir,
     cache_file_name,
     model_source,
@@ -69,7 +67,23 @@ from fusionplan.ir.errors import ConfigError
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_atomic, write_text_atomic
 
-BUFFERS_KB: tuple[int, ...] = (128, 256, 512, 1024, 2048)
+BUFFERS_KB: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
+TRAINING_FAMILIES: dict[str, tuple[str, ...]] = {
+    "chain": ("resnet18", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "squeezenet"),
+    "branchy": ("googlenet",),
+    "dense": ("densenet121",),
+    "transformer": ("bert_encoder",),
+    "encoder-decoder (dilated)": ("deeplabv3_mobilenet_v3_large",),
+    "random-wired": ("randwire-n32-s0", "randwire-n32-s1"),
+    "NAS cells": ("nasnet-c3",),
+}
+"""The families the shipped GIN learns from (issue 28): a model family is what a GIN must
+generalise across, so every kind of graph a user may bring has members here."""
+TRAIN_MODELS: tuple[str, ...] = tuple(m for ms in TRAINING_FAMILIES.values() for m in ms)
+UNSEEN_MODELS: tuple[str, ...] = ("inception_v3", "randwire-n64-s0", "nasnet-c6")
+"""Unseen members of the training families (a deeper branchy network, a wider random
+wiring, a taller cell stack); whole families are held out at training time instead
+(``train gin --hold-out``)."""
 SIZE_BINS: tuple[tuple[int, int], ...] = (
     (1, 1),
     (2, 3),

@@ -386,3 +386,15 @@ def test_dataset_generate_names_a_bad_model_or_buffer(tmp_path, args, message):
     result = CliRunner().invoke(cli, ["dataset", "generate", "-o", str(tmp_path / "d"), *args])
     assert isinstance(result.exception, FusionPlanError) and message in str(result.exception)
     assert not (tmp_path / "d" / "manifest.json").exists()
+
+
+def test_the_default_families_name_real_models_and_hold_none_out_twice():
+    from fusionplan.data.synthetic import SYNTHETIC
+    from fusionplan.data.zoo import zoo_entry
+
+    train, unseen = ds.TRAIN_MODELS, ds.UNSEEN_MODELS
+    assert train == tuple(m for ms in ds.TRAINING_FAMILIES.values() for m in ms)
+    assert len(set(train)) == len(train) and not set(train) & set(unseen)
+    for name in (*train, *unseen):
+        assert name in SYNTHETIC or zoo_entry(name) is not None, name
+    assert ds.BUFFERS_KB[0] == 64 and ds.BUFFERS_KB[-1] == 2048

@@ -46,14 +46,15 @@ def dataset_group() -> None:
 @click.option(
     "--models",
     help="Comma list of training models: zoo names, ONNX files or synthetic graphs "
-    "(randwire-n32-s0, nasnet-c3, ...) (default: the zoo's nine training networks).",
+    "(randwire-n32-s0, nasnet-c3, ...) (default: the twelve models of the training "
+    "families, docs/dataset.md).",
 )
 @click.option(
     "--unseen-models",
-    help="Comma list of held-out models, same forms (default ResNet-50, ResNet-152, "
-    "DeepLabV3+MBv3): hold out whole families to measure generalisation.",
+    help="Comma list of held-out models, same forms (default Inception-v3, RandWire-64, "
+    "NASNet-A 6 cells: unseen members of the training families).",
 )
-@click.option("--buffers", help="Comma list of buffer sizes to label at (default 128KB,...,2MB).")
+@click.option("--buffers", help="Comma list of buffer sizes to label at (default 64KB,...,2MB).")
 @engine_options(default_processes=DEFAULT_PROCESSES)
 @click.option("--overwrite", is_flag=True, help="Discard an existing dataset with other settings.")
 @click.option("--quiet", "-q", is_flag=True)
@@ -61,7 +62,7 @@ def dataset_generate(
     output, seed, groups, unseen_groups, models, unseen_models, buffers,
     engine_opts: EngineOptions, overwrite, quiet,
 ) -> None:  # fmt: skip
-    """Sample fusion groups from the zoo and label them under LBDF and BRR at 5 buffers.
+    """Sample fusion groups from the zoo and label them under LBDF and BRR at 6 buffers.
 
     Deterministic for a seed, parallel (local processes or Ray: the bytes are the same),
     resumable: rerun the same command after an interruption and only missing shards are built.
