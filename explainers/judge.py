@@ -57,7 +57,7 @@ class Adaptation:
     every: int = 256
     steps: int = 40
     batch: int = 64
-    lr: float = 1e-3
+    lr: float = 3e-4
     max_false_invalid: float = 0.02  # screening
     max_false_valid: float = 0.03  # classifying cuts
     confidence: float = 0.9  # the least probability of a verdict the judge acts on

@@ -60,7 +60,7 @@ from fusionplan.ir.errors import ConfigError
 class TrainSettings:
     """Everything that determines a training run besides the dataset and the scheme."""
 
-    epochs: int = 50
+    epochs: int = 25
     batch_size: int = 64
     lr: float = 1e-3
     lr_min: float = 1e-5  # cosine decay from lr to lr_min over the epochs
@@ -216,7 +216,7 @@ def _set_threads(threads: int | None) -> None:
 def train_gin(
     dataset_dir: str | os.PathLike | None,
     scheme: str,
-    epochs: int = 50,
+    epochs: int = 25,
     seed: int = 0,
     batch_size: int = 64,
     lr: float = 1e-3,

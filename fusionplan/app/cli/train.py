@@ -41,7 +41,7 @@ _OUT = click.option(
 @train_group.command("gin")
 @_SCHEME
 @click.option("--dataset", type=click.Path(file_okay=False), help="Dataset directory.")
-@click.option("--epochs", type=int, default=50, show_default=True)
+@click.option("--epochs", type=int, default=25, show_default=True)
 @click.option("--hidden", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--layers", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option(
