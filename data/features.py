@@ -60,7 +60,8 @@ stay distinguishable)."""
 FEATURE_NAMES: tuple[str, ...] = GRAPH_NAMES + ACCEL_NAMES
 NUM_FEATURES = len(FEATURE_NAMES)
 FEATURE_VERSION = 2
-"""Version of the model input (stored + accelerator columns), recorded with checkpoints."""
+"""Version of the model input (stored, structure and accelerator columns), recorded with
+checkpoints."""
 REL_CAP = 2.0
 LOG_FLOOR = 16.0
 
@@ -152,7 +153,7 @@ def batch_features(
     return x, np.stack([e_src, e_dst]).astype(np.int64).reshape(2, -1), owner.astype(np.int64)
 
 
-def _stored(name: str) -> int:
+def _column(name: str) -> int:
     return GRAPH_NAMES.index(name)
 
 
@@ -172,9 +173,9 @@ def with_structure(x: np.ndarray, edge_index: np.ndarray) -> np.ndarray:
     edge until nothing changes), and its skip the most any in-group reader starts behind it.
     Row counts of the LBDF pipeline, but plain graph facts any line-buffered design pays
     for."""
-    span = x[:, _stored("kernel_h")].astype(np.float64)
-    in_h = _unlog(x[:, _stored("log_in_h")])
-    lag = np.where(x[:, _stored("whole_input")] > 0, in_h, np.floor(span / 2))
+    span = x[:, _column("kernel_h")].astype(np.float64)
+    in_h = _unlog(x[:, _column("log_in_h")])
+    lag = np.where(x[:, _column("whole_input")] > 0, in_h, np.floor(span / 2))
     src, dst = edge_index[0].astype(np.int64), edge_index[1].astype(np.int64)
     depth = lag.copy()
     while len(src):
@@ -196,12 +197,12 @@ def with_buffer(
     buffer of ``buffer_bytes`` (one size, or one per row) with ``bytes_per_element``: ``x``
     followed by the :data:`ACCEL_NAMES` columns."""
     beta = np.broadcast_to(np.asarray(buffer_bytes, dtype=np.float64), (len(x),))[:, None]
-    in_c, in_h, in_w = (_unlog(x[:, _stored(f"log_in_{a}")]) for a in "chw")
-    out_c, out_h, out_w = (_unlog(x[:, _stored(f"log_out_{a}")]) for a in "chw")
-    weights = _unlog(x[:, _stored("log_weights")])
-    span = x[:, _stored("kernel_h")].astype(np.float64)
-    whole = x[:, _stored("whole_input")].astype(np.float64)
-    skip = _unlog(x[:, _stored("log_skip_rows")])
+    in_c, in_h, in_w = (_unlog(x[:, _column(f"log_in_{a}")]) for a in "chw")
+    out_c, out_h, out_w = (_unlog(x[:, _column(f"log_out_{a}")]) for a in "chw")
+    weights = _unlog(x[:, _column("log_weights")])
+    span = x[:, _column("kernel_h")].astype(np.float64)
+    whole = x[:, _column("whole_input")].astype(np.float64)
+    skip = _unlog(x[:, _column("log_skip_rows")])
     in_row, out_row = in_c * in_w, out_c * out_w
     sizes = np.stack(
         [weights, in_row, np.minimum(span, in_h) * in_row, out_row, skip * out_row,

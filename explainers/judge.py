@@ -73,7 +73,7 @@ class JudgeStats:
     train_seconds: float = 0.0
     screening_from: int = -1  # oracle answers when screening was first trusted (-1: never)
     classifying_from: int = -1  # the same for classifying cuts
-    last_accuracy: float = 0.0  # the last test-then-train score
+    last_accuracy: float = 0.0  # last test-then-train score: share called confidently and right
     last_false_valid: float = 1.0
     last_false_invalid: float = 1.0
 
