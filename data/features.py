@@ -2,9 +2,11 @@
 
 A *sample* is (group, scheme, buffer size). Per node (docs/design.md, "GNN pipeline"): op-
 kind one-hot, log-scaled input and output shapes, kernel span, stride, log weight count and
-a few structural flags (the *stored* columns, which a dataset shard keeps), then the columns
-that depend on the accelerator: the buffer size and the node's bytes *relative to the
-buffer* (weights, a row and the window of its input, a row of its output, whole tensors).
+a few structural flags (the *stored* columns, which a dataset shard keeps), each node's
+pipeline depth and skip rows along the group's edges (derived from the stored columns when a
+dataset is read), then the columns that depend on the accelerator: the buffer size and the
+node's bytes *relative to the buffer* (weights, a row and the window of its input, a row of
+its output, its skip rows, whole tensors).
 Edges run producer -> consumer inside the group, with node indices local to the group
 (ascending topological label).
 
@@ -116,6 +118,8 @@ def batch_features(
     judge classifies its probed cuts 64 groups at a time, and the loop cost ~0.2 ms a group.
     """
     n = len(graph)
+    if any(g < 0 or g >> n for g in groups):
+        raise ValueError(f"a group holds ops outside the graph's {n} (labels 0..{n - 1})")
     width = max(1, (n + 7) // 8)
     raw = b"".join(g.to_bytes(width, "little") for g in groups)
     inside = np.unpackbits(

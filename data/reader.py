@@ -132,11 +132,14 @@ class GroupDataset:
         ``hold_out`` names training models to treat as held out (their groups join
         ``unseen``): one dataset serves a model trained on every family and the models
         that leave one family out to measure generalisation to it."""
-        unknown = sorted(set(hold_out) - set(self.models))
+        if isinstance(hold_out, str):
+            hold_out = [hold_out]
+        trained = [m for m, r in zip(self.models, self.roles, strict=True) if r == "train"]
+        unknown = sorted(set(hold_out) - set(trained))
         if unknown:
             raise DatasetError(
-                f"cannot hold out {', '.join(unknown)}: not a model of the dataset at "
-                f"{self.root} ({', '.join(self.models)})"
+                f"cannot hold out {', '.join(unknown)}: not a training model of the dataset "
+                f"at {self.root} ({', '.join(trained)})"
             )
         out = np.isin(self.model_index, [self.models.index(m) for m in hold_out])
         idx = np.flatnonzero((self.role_of_group == "train") & ~out)

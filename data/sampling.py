@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from accel_model import Accelerator, make_cost_model, unfusable_nodes
-from fusionplan.data.features import group_features, node_feature_table
+from fusionplan.data.features import batch_features, node_feature_table
 from fusionplan.data.shards import DatasetError, ShardSpec, graph_fingerprint
 from fusionplan.data.synthetic import SYNTHETIC
 from fusionplan.data.zoo import load_zoo_model, zoo_variant_path
@@ -158,37 +158,32 @@ def sample_groups(ctx: ModelContext, spec: ShardSpec) -> tuple[list[int], dict[s
 def label_groups(ctx: ModelContext, spec: ShardSpec, groups: Sequence[int]) -> dict[str, Any]:
     """The shard's arrays (see docs/dataset.md) for ``groups`` of the context's model."""
     nb = len(spec.buffers)
-    xs, eis, ids = [], [], []
-    node_ptr, edge_ptr = [0], [0]
     labels = {
         s: (np.zeros((len(groups), nb), np.int64), np.zeros((len(groups), nb), np.int64),
             np.zeros((len(groups), nb), np.bool_))
         for s in spec.schemes
     }  # fmt: skip
+    # one batch for the shard's features: the groups one after the other, as stored
+    x, edge_index, owner = batch_features(ctx.graph, ctx.table, list(groups))
+    node_ptr = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(groups)))])
+    edge_owner = owner[edge_index[1]]
+    edge_ptr = np.concatenate([[0], np.cumsum(np.bincount(edge_owner, minlength=len(groups)))])
+    ids = [v for g in groups for v in bits(g)]
     for gi, g in enumerate(groups):
-        x, ei = group_features(ctx.graph, ctx.table, g)
-        xs.append(x)
-        eis.append(ei)
-        ids.extend(bits(g))
-        node_ptr.append(node_ptr[-1] + x.shape[0])
-        edge_ptr.append(edge_ptr[-1] + ei.shape[1])
         for s in spec.schemes:
             fb, fd, ok = labels[s]
             for bi, beta in enumerate(spec.buffers):
                 c = ctx.models[(s, beta)].cost(g)
                 fb[gi, bi], fd[gi, bi], ok[gi, bi] = c.buffer, c.dram, c.valid
-    width = ctx.table.shape[1]
     arrays: dict[str, Any] = {
         "mask": np.array([format(g, "x") for g in groups], dtype=np.str_)
         if groups
         else np.zeros(0, dtype="<U1"),
         "node_ptr": np.array(node_ptr, np.int64),
         "edge_ptr": np.array(edge_ptr, np.int64),
-        "x": np.concatenate(xs).astype(np.float32) if xs else np.zeros((0, width), np.float32),
+        "x": x.astype(np.float32),
         "node_id": np.array(ids, np.int32),
-        "edge_index": np.concatenate(eis, axis=1).astype(np.int32)
-        if eis
-        else np.zeros((2, 0), np.int32),
+        "edge_index": (edge_index - node_ptr[edge_owner]).astype(np.int32),
         "buffers": np.array(spec.buffers, np.int64),
     }
     for s in spec.schemes:

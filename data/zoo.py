@@ -278,7 +278,9 @@ _ENTRIES: tuple[ZooEntry, ...] = (
 
 ZOO: dict[str, ZooEntry] = {e.name: e for e in _ENTRIES}
 UNSEEN_MODELS: tuple[str, ...] = tuple(e.name for e in _ENTRIES if e.role == "unseen")
-"""Held out of GNN training: resnet50, resnet152, deeplabv3_mobilenet_v3_large."""
+"""The paper's held-out networks (resnet50, resnet152, deeplabv3_mobilenet_v3_large): the
+``role`` of ``zoo list``. The default GNN dataset draws on graph families instead
+(:data:`fusionplan.data.dataset.TRAINING_FAMILIES`)."""
 TRAIN_MODELS: tuple[str, ...] = tuple(e.name for e in _ENTRIES if e.role == "train")
 
 _LOOKUP: dict[str, str] = {

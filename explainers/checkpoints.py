@@ -8,6 +8,7 @@ a clear error that names the command rebuilding it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -41,10 +42,18 @@ def weights_identity(scheme: str) -> str:
     """A short hash of the bytes of every checkpoint of ``scheme`` in :func:`weights_dir`:
     results that depend on the weights (a bench row of a GNN splitter) key on it, so a
     rerun after retraining recomputes them instead of resuming stale ones."""
+    paths = sorted(weights_dir().glob(f"*-{scheme}.pt"))
+    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+    return _bytes_digest(stamps)
+
+
+@functools.lru_cache(maxsize=16)
+def _bytes_digest(stamps: tuple[tuple[str, int, int], ...]) -> str:
+    """The hash of the files ``stamps`` names, read once per (path, mtime, size) set."""
     h = hashlib.sha256()
-    for path in sorted(weights_dir().glob(f"*-{scheme}.pt")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
+    for path, _, _ in stamps:
+        h.update(Path(path).name.encode())
+        h.update(Path(path).read_bytes())
     return h.hexdigest()[:16]
 
 

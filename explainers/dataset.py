@@ -7,8 +7,8 @@ size) sample of one scheme, ready for the GIN and the explainers::
     train = FusionGroupDataset(".cache-data/dataset-v1", "lbdf", split="train")
     data = train[0]   # Data(x, edge_index, y, buffer_bytes, f_beta, dram, model, group, ...)
 
-Sample ``k`` of a split is group ``groups[k // B]`` at buffer index ``k % B`` (B = 5 buffer
-sizes). Fields of each ``Data``:
+Sample ``k`` of a split is group ``groups[k // B]`` at buffer index ``k % B`` (B buffer
+sizes, 6 in the default dataset). Fields of each ``Data``:
 
 * ``x`` (nodes, NUM_FEATURES) float32: node features at this buffer (``with_buffer``);
 * ``edge_index`` (2, edges) int64: producer -> consumer, local node indices;
@@ -20,7 +20,7 @@ sizes). Fields of each ``Data``:
 * ``node_id`` (nodes,) int64: the nodes' topological labels in the model's op graph.
 
 Batched by PyG's ``DataLoader`` these become per-graph vectors. Splits (by group, so the
-five buffer sizes of a group never straddle train and test): ``train``/``val``/``test``
+buffer sizes of a group never straddle train and test): ``train``/``val``/``test``
 (80/10/10 of the training networks' groups, :meth:`GroupDataset.split`), ``unseen`` (the
 held-out networks) and ``all``.
 

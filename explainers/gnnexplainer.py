@@ -25,9 +25,9 @@ Choices that differ from PyG's defaults, and why (measured on the fusion GIN):
   GINs.
 * **30 steps at lr 0.3** (:data:`DEFAULT_EPOCHS`, :data:`DEFAULT_LR`), not 100 at 0.01.
   One step costs ~2.4 ms on a 23-op group (forward + backward + Adam through PyG's mask
-  hooks, hidden 128) and a search asks for one explanation per distinct invalid group --
-  about 950 in a 2,000-plan random search on MobileNetV2 at 128 KB LBDF, 60 in local
-  search. Measured there: ~65-70 ms per group with 30 steps, i.e. ~70 s per such random
+  hooks, the hidden-128 GIN of then) and a search asks for one explanation per distinct
+  invalid group -- about 950 in a 2,000-plan random search on MobileNetV2 at 128 KB LBDF,
+  60 in local search. Measured there: ~65-70 ms per group with 30 steps, i.e. ~70 s per such random
   search, against ~0.2 s per group for PyG's 100.
 
 How good it is: on the planted motifs of ``tests/test_explainers.py`` these settings found

@@ -62,6 +62,10 @@ class Adaptation:
     max_false_valid: float = 0.03  # classifying cuts
     confidence: float = 0.9  # the least probability of a verdict the judge acts on
 
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence must be in [0.5, 1], got {self.confidence}")
+
 
 @dataclass
 class JudgeStats:
@@ -162,8 +166,7 @@ class GinJudge:
             x, edge_index, owner = group_batch(self.cost_model, self.table, chunk)
             with torch_threads():
                 p_valid = torch.softmax(self.model(x, edge_index, owner), -1)[:, VALID]
-            out += [True if p >= sure else False if 1 - p >= sure else None
-                    for p in p_valid.tolist()]  # fmt: skip
+            out += [(p >= 0.5) if max(p, 1 - p) >= sure else None for p in p_valid.tolist()]
             self.stats.seconds += time.perf_counter() - t0
             self.stats.batches += 1
         return out

@@ -3,10 +3,12 @@
 ``train_gin(dataset_dir, "lbdf")`` trains :class:`explainers.gin.GINClassifier` on a dataset
 written by :func:`fusionplan.data.dataset.generate_dataset`: samples are (group, buffer size)
 pairs, the label is the cost model's validity under the scheme at that buffer, the buffer enters as
-a node feature (``with_buffer``). Split 80/10/10 **by group** over the training networks
-(:meth:`fusionplan.data.reader.GroupDataset.split`); the held-out networks (ResNet-50, ResNet-152,
-DeepLabV3+MBv3) form the ``unseen`` set. Adam, cross-entropy, ``epochs`` passes over the
-training split; the weights of the epoch with the best validation accuracy are kept,
+node features (``with_buffer``: its size and each node's bytes relative to it). Split 80/10/10
+**by group** over the training networks (:meth:`fusionplan.data.reader.GroupDataset.split`);
+the dataset's unseen networks, and any training networks named in ``hold_out`` (a whole
+family left out), form the ``unseen`` set. Adam, cross-entropy, ``epochs`` passes over the
+training split; the weights of the epoch with the best validation accuracy are kept, their
+temperature is fitted on the validation split (:func:`fit_temperature`), and they are
 evaluated on the test split and on the unseen set, and saved with
 :func:`explainers.checkpoints.save_checkpoint` as ``gin-<scheme>.pt`` (state_dict only)
 with a manifest entry holding the dataset identity, the settings and the metrics.
@@ -248,7 +250,7 @@ def train_gin(
     settings = TrainSettings(
         epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), seed=int(seed),
         split_seed=int(split_seed), class_weights=bool(class_weights),
-        hold_out=tuple(hold_out),
+        hold_out=tuple(dict.fromkeys([hold_out] if isinstance(hold_out, str) else hold_out)),
     )  # fmt: skip
     if settings.epochs < 1 or settings.batch_size < 1 or not settings.lr > 0:
         raise ConfigError("epochs and batch size must be >= 1 and the learning rate > 0")
@@ -263,6 +265,11 @@ def train_gin(
     started = time.perf_counter()
     parts = data.split(settings.split_seed, hold_out=settings.hold_out)
     if len(parts["train"]) == 0 or len(parts["val"]) == 0:
+        if settings.hold_out and not len(parts["train"]) + len(parts["val"]):
+            raise ConfigError(
+                f"holding out {', '.join(settings.hold_out)} leaves no training model in the "
+                f"dataset at {dataset_dir}"
+            )
         raise ConfigError(f"the dataset at {dataset_dir} is too small to split 80/10/10")
     packed = {k: PackedSamples(data, scheme, v) for k, v in parts.items()}
 
@@ -343,7 +350,9 @@ def train_gin(
                 "train_models": [
                     m for m in data.manifest["train_models"] if m not in settings.hold_out
                 ],
-                "unseen_models": [*data.manifest["unseen_models"], *settings.hold_out],
+                "unseen_models": list(
+                    dict.fromkeys([*data.manifest["unseen_models"], *settings.hold_out])
+                ),
                 "buffers_kb": data.manifest["buffers_kb"],
             },
             "settings": asdict(settings),

@@ -77,7 +77,7 @@ def test_a_gnn_splitters_row_is_keyed_by_the_weights_it_reads(tmp_path, monkeypa
     (tmp_path / "gin-brr.pt").write_bytes(b"one")
     tree, rg = "m|brr|128KB|ls|tree|0", "m|brr|128KB|ls|gin-rg|0"
     before = config.key(tree), config.key(rg)
-    (tmp_path / "gin-brr.pt").write_bytes(b"two")  # retrained
+    (tmp_path / "gin-brr.pt").write_bytes(b"two!")  # retrained (another size: mtimes are coarse)
     assert config.key(tree) == before[0]  # model-free rows resume
     after = config.key(rg)
     assert after != before[1]  # GNN rows run again

@@ -321,8 +321,10 @@ def test_a_training_model_can_be_held_out_at_split_time(generated):
         np.flatnonzero(data.model_index == b)
     )
     assert len(trained) + len(parts["unseen"]) == len(data)
-    with pytest.raises(shards.DatasetError, match="cannot hold out nope: not a model"):
-        data.split(0, hold_out=["nope"])
+    for name in ("nope", "tiny_u"):  # not a model; already unseen
+        with pytest.raises(shards.DatasetError, match=f"cannot hold out {name}: not a training"):
+            data.split(0, hold_out=[name])
+    assert all(np.array_equal(parts[k], data.split(0, hold_out="tiny_b")[k]) for k in parts)
 
 
 def test_reader_rejects_corrupt_missing_and_foreign_datasets(tmp_path, generated):

@@ -326,6 +326,27 @@ def test_a_trusted_gin_judge_asks_only_about_parts_kept(weights):
     assert asked["gin"] < asked["pg"]
 
 
+def test_the_judge_acts_only_on_verdicts_its_probability_backs(weights):
+    """A verdict is the likelier class where its probability reaches the confidence, None
+    (ask the oracle) elsewhere; a confidence under 1/2 would flip verdicts and is refused."""
+    from explainers.judge import Adaptation, GinJudge
+    from explainers.ranking import group_batch
+
+    graph = random_dag(201, n_nodes=16)
+    cm = make_cost_model(graph, Accelerator(small_buffer(LBDF, graph, 1, quantile=0.9), SCHEME))
+    gin = make_splitter("gin-pg", cm, 0).judge.model
+    groups = [mask_of(range(a, min(16, a + k))) for a in range(0, 14, 3) for k in (2, 5, 9)]
+    with torch.no_grad():
+        p = torch.softmax(gin(*group_batch(cm, GinJudge(cm, gin).table, groups)), -1)[:, 1]
+    for sure in (0.5, 0.9, 0.99):
+        verdicts = GinJudge(cm, gin, Adaptation(confidence=sure))._labels(groups)
+        expected = [(q >= 0.5) if max(q, 1 - q) >= sure else None for q in p.tolist()]
+        assert verdicts == expected
+        assert sure > 0.5 or None not in verdicts
+    with pytest.raises(ValueError, match="confidence must be in"):
+        Adaptation(confidence=0.3)
+
+
 def test_the_judge_is_trusted_per_use_by_the_error_that_use_pays_for(weights):
     from explainers.judge import Adaptation, GinJudge
 
