@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import io
 import json
 import os
@@ -63,6 +64,7 @@ import platformdirs
 
 from fusionplan.data.optimus_nets import NETWORKS as OPTIMUS_NETWORKS
 from fusionplan.data.optimus_nets import build_module
+from fusionplan.data.synthetic import SYNTHETIC
 from fusionplan.ir.errors import ModelError
 from fusionplan.ir.io import write_atomic, write_text_atomic
 from fusionplan.ir.onnx_import import load_model
@@ -328,11 +330,13 @@ def _find(name: str) -> ZooEntry | None:
 def _unknown(name: str, what: str = "not a zoo model") -> ModelError:
     """One line: the close matches among every name the zoo knows, and the paper zoo."""
     others = torchvision_models()
-    close = difflib.get_close_matches(_key(name), [*zoo_names(), *others], n=5, cutoff=0.6)
+    known = [*zoo_names(), *others, *SYNTHETIC]
+    close = difflib.get_close_matches(_key(name), known, n=5, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     return ModelError(
         f"unknown model '{name}': {what}{hint} (zoo: {', '.join(zoo_names())}; and "
-        f"{len(others)} more torchvision models by name, see 'fusionplan zoo list --all')"
+        f"{len(others)} more torchvision models by name, see 'fusionplan zoo list --all'; "
+        f"synthetic graphs such as randwire-n32-s0, nasnet-c3)"
     )
 
 
@@ -490,6 +494,18 @@ def is_cached(name: str) -> bool:
     return path.is_file() and data_path(path).is_file()
 
 
+def synthetic_path(name: str) -> Path:
+    """The ONNX file of synthetic graph ``name`` (:data:`fusionplan.data.synthetic.SYNTHETIC`),
+    written to the cache on first use. Its file name carries a hash of its bytes (the graph is
+    built each time, in well under a second), so a changed generator never reads a stale
+    file."""
+    data = SYNTHETIC[name]().SerializeToString()
+    path = cache_root() / "synthetic" / f"{name}-{hashlib.sha256(data).hexdigest()[:12]}.onnx"
+    if not path.is_file():
+        write_atomic(path, lambda tmp: tmp.write_bytes(data))
+    return path
+
+
 def zoo_path(name: str) -> Path:
     """The cached ONNX file for zoo model ``name``, exported on first use.
 
@@ -642,20 +658,24 @@ def load_zoo_model(name: str) -> OpGraph:
 
 
 def model_source(spec: str | os.PathLike) -> Path:
-    """The ONNX file behind a command-line model argument: a file path or a zoo name.
+    """The ONNX file behind a command-line model argument: a file path, a zoo name or a
+    synthetic graph's name (``randwire-n32-s0``, ``nasnet-c3``, ...).
 
     A path wins over a zoo name (a local file named ``resnet18`` is what the user means);
     anything ending in ``.onnx`` is treated as a path so that a typo reports a missing
-    file rather than an unknown zoo model. Zoo models are exported on first use.
+    file rather than an unknown zoo model. Zoo models are exported on first use, synthetic
+    graphs written (:func:`synthetic_path`).
     """
     text = os.fspath(spec)
     if Path(text).is_file() or text.lower().endswith(".onnx"):
         if not Path(text).is_file():
             raise ModelError(f"model file not found: {text}")
         return Path(text)
+    if text in SYNTHETIC:
+        return synthetic_path(text)
     entry = _find(text)
     if entry is None:
-        raise _unknown(text, "not a file and not a zoo model")
+        raise _unknown(text, "not a file, a zoo model or a synthetic graph")
     return zoo_path(entry.name)
 
 
@@ -668,8 +688,12 @@ def resolve_model(spec: str | os.PathLike, **import_options: Any) -> OpGraph:
 
     text = os.fspath(spec)
     path = model_source(text)
-    entry = None if Path(text).is_file() else _find(text)
-    return load_model(path, name=entry.name if entry else path.stem, **import_options)
+    if Path(text).is_file():
+        name = path.stem
+    else:
+        entry = _find(text)
+        name = entry.name if entry else text  # a zoo model, or a synthetic graph
+    return load_model(path, name=name, **import_options)
 
 
 def list_zoo() -> list[ZooRow]:

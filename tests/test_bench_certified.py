@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import fusionplan as fp
+from fusionplan.app.api import load
 from fusionplan.app.bench.certified import (
     BEGIN,
     EXACT_BEGIN,
     certified_models,
     gap_summary,
-    load_certified,
 )
 from fusionplan.data.zoo import zoo_names
 from tests.test_cli import invoke
@@ -65,7 +65,7 @@ def test_synthetic_graphs_are_certified_models():
     assert names[:12] == tuple(zoo_names())
     wired = [n for n in names if n.startswith("randwire-")]
     assert len(wired) >= 6 and {"nasnet-c3", "nasnet-c6"} <= set(names)
-    a, b = load_certified("randwire-n32-s0"), load_certified("randwire-n32-s1")
+    a, b = load("randwire-n32-s0"), load("randwire-n32-s1")
     assert a.name == "randwire-n32-s0" and len(a) > 4 * 32  # Relu, conv, conv per node + sums
     assert [e for e in a.edges] != [e for e in b.edges]  # each seed wires differently
 

@@ -112,11 +112,25 @@ def test_resolve_model_unknown_spec_message():
     with pytest.raises(ModelError) as info:
         zoo.resolve_model("foo")
     assert str(info.value) == (
-        "unknown model 'foo': not a file and not a zoo model (zoo: "
+        "unknown model 'foo': not a file, a zoo model or a synthetic graph (zoo: "
         + ", ".join(PAPER_MODELS)
         + f"; and {len(zoo.torchvision_models())} more torchvision models by name, "
-        "see 'fusionplan zoo list --all')"
+        "see 'fusionplan zoo list --all'; synthetic graphs such as randwire-n32-s0, nasnet-c3)"
     )
+    with pytest.raises(ModelError, match="did you mean randwire-n32-s2, randwire-n32-s1"):
+        zoo.resolve_model("randwire-n32-s9")
+
+
+def test_a_synthetic_graph_plans_by_name_from_one_cached_file(tmp_path, monkeypatch):
+    """``fusionplan plan nasnet-c3`` works as ``bench`` and ``dataset`` do: the graph is
+    written to the cache once, under a hash of its bytes, and read from there."""
+    monkeypatch.setenv("FUSIONPLAN_CACHE_DIR", str(tmp_path))
+    path = zoo.model_source("nasnet-c3")
+    assert path.parent.name == "synthetic" and path.name.startswith("nasnet-c3-")
+    stamp = path.stat().st_mtime_ns
+    graph = zoo.resolve_model("nasnet-c3")
+    assert graph.name == "nasnet-c3" and len(graph) == 75
+    assert zoo.model_source("nasnet-c3") == path and path.stat().st_mtime_ns == stamp
 
 
 def test_export_unknown_name_raises_and_writes_nothing(tmp_path):

@@ -30,7 +30,6 @@ from fusionplan.data.synthetic import SYNTHETIC, certified_graphs
 from fusionplan.data.zoo import torchvision_models, zoo_names
 from fusionplan.ir.graph import OpGraph
 from fusionplan.ir.io import write_text_atomic
-from fusionplan.ir.onnx_import import graph_from_proto
 from fusionplan.search.certify import DEFAULT_MAX_DOWNSETS
 from fusionplan.search.effort import EXACT_UNITS, effort_for_seconds
 from fusionplan.search.exact import count_downsets
@@ -49,13 +48,6 @@ def certified_models() -> tuple[str, ...]:
     random-wired and cell-stack graphs (``fusionplan.data.synthetic.certified_graphs``)."""
     more = [n for n, m in torchvision_models().items() if m.task == "classification"]
     return (*zoo_names(), *more, *certified_graphs())
-
-
-def load_certified(name: str) -> OpGraph:
-    """A zoo or torchvision name, an ONNX path, or a synthetic graph's name (built here)."""
-    if name in SYNTHETIC:
-        return graph_from_proto(SYNTHETIC[name](), name=name)
-    return load(name)
 
 
 @dataclass(frozen=True)
@@ -142,7 +134,7 @@ def run_certified(
             done += len(mine)
             continue
         try:
-            graph = load_certified(model)
+            graph = load(model)
         except Exception as exc:  # a row that says why, never a crashed bench
             for c in mine:
                 store.add(
@@ -315,7 +307,7 @@ def run_exact_table(
         for (name, scheme, buffer), key in keys.items():
             if name != model or key in store.rows:
                 continue
-            graph = graph or load_certified(model)
+            graph = graph or load(model)
             store.add(
                 {
                     "key": key,
@@ -396,7 +388,7 @@ def equal_time_table(cells: Sequence[tuple[str, str, str]], seconds: float) -> s
     ]
     graphs: dict[str, OpGraph] = {}
     for model, scheme, buffer in cells:
-        graph = graphs.setdefault(model, load_certified(model))
+        graph = graphs.setdefault(model, load(model))
         r = equal_time_cell(graph, scheme, buffer, seconds)
         values = {"LNS": r["lns"], "LS": r["ls"], "NSGA-II": r["nsga2"]}
         low = min(v for v in values.values() if v is not None)

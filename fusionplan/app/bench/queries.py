@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from explainers.checkpoints import weights_identity
+from fusionplan.app.api import load
 from fusionplan.app.bench import machine_line, run_spliced
-from fusionplan.app.bench.certified import load_certified
 from fusionplan.app.pipeline import PlanRequest, assemble
 from fusionplan.engines import Engine
 
@@ -85,7 +85,7 @@ def measure(run: str, config: QueriesConfig) -> Row:
     model, scheme, buffer, search, splitter, seed = run.split("|")
     row: Row = {"key": config.key(run), "model": model, "scheme": scheme, "buffer": buffer,
                 "search": search, "splitter": splitter, "seed": int(seed)}  # fmt: skip
-    graph = load_certified(model)
+    graph = load(model)
     reference = search == REFERENCE
     request = PlanRequest(
         buffer=buffer,
