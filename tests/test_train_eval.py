@@ -76,6 +76,7 @@ def test_eval_adapt_prints_how_the_scores_grow_with_answers(tmp_path: Path) -> N
     [
         (["--buffers", "1500B"], "Invalid value for --buffers: whole KB sizes"),
         (["--groups", "0"], "Invalid value for '--groups'"),
+        (["--pick", "random"], "--pick chooses what --adapt N asks about; give --adapt too"),
     ],
 )
 def test_bad_options_fail_in_one_line_before_any_work(tmp_path, args, message) -> None:

@@ -116,6 +116,8 @@ def measure(run: str, config: QueriesConfig) -> Row:
             "screening_from": stats.screening_from,
             "classifying_from": stats.classifying_from,
             "updates": stats.updates,
+            "predicted": stats.predicted,  # parts the GIN classified
+            "unsure": stats.unsure,  # of those, asked because it was unsure
             "last_accuracy": round(stats.last_accuracy, 4),
             "last_false_valid": round(stats.last_false_valid, 4),
             "last_false_invalid": round(stats.last_false_invalid, 4),

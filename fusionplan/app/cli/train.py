@@ -125,6 +125,9 @@ def eval_cmd(model, scheme, groups, buffers, adapt, pick, seed, json_path, quiet
     buffer, against the cost model's labels. Uses the shipped weights or
     $FUSIONPLAN_WEIGHTS_DIR. With --adapt N, also how the scores grow with oracle answers
     (active learning, explainers/active.py)."""
+    picked = click.get_current_context().get_parameter_source("pick")
+    if not adapt and picked is not click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter("--pick chooses what --adapt N asks about; give --adapt too")
     sizes = whole_kb_sizes(buffers)
     # torch and torch_geometric (seconds to import) load once the options are good
     from explainers.active import adapt_gin_on
