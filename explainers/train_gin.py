@@ -168,16 +168,10 @@ def calibration_error(p_valid: np.ndarray, y: np.ndarray, bins: int = 15) -> flo
     return float(total / len(y)) if len(y) else float("nan")
 
 
-def expected_calibration_error(model: GINClassifier, packed: PackedSamples) -> float:
-    """:func:`calibration_error` of ``model``'s P(valid) on ``packed``."""
-    p = torch.softmax(logits_of(model, packed), 1)[:, 1].numpy()
-    return calibration_error(p, packed.y)
-
-
 def fit_temperature(model: GINClassifier, packed: PackedSamples) -> float:
     """The temperature (a power of 2 on a 1/64-octave grid over 2^-4 .. 2^6) that minimises
     the negative log-likelihood of ``packed`` (temperature scaling, Guo et al. 2017). A
-    grid, not an optimiser: deterministic, and the NLL is convex in log T anyway."""
+    grid, not an optimiser: deterministic, and the NLL is convex in 1/T, so one minimum."""
     with torch.no_grad():
         model.temperature.fill_(1.0)
         logits = logits_of(model, packed).double()
@@ -324,7 +318,7 @@ def train_gin(
     train_seconds = time.perf_counter() - started
     model.load_state_dict(best[2])
     model.eval()
-    ece_before = {k: expected_calibration_error(model, packed[k]) for k in ("val", "test")}
+    ece_before = {k: evaluate(model, packed[k])["ece"] for k in ("val", "test")}
     model.temperature.fill_(fit_temperature(model, packed["val"]))
     metrics: dict[str, Any] = {
         "scheme": scheme,
