@@ -273,7 +273,10 @@ def _channel_rule(geo: LayerGeometry, i: int) -> tuple[str, int, int]:
         c_in, c_out = geo.in_shapes[i][0], geo.out_channels
         role = channel_role(graph, v)
         hit = ("all", 0, c_in)
-        if role == ChannelRole.MIXING:
+        per_batch = windows.batch_channels(graph, v, i)
+        if per_batch is not None:
+            hit = ("groups", 1, per_batch)
+        elif role == ChannelRole.MIXING:
             g = max(node.groups, 1)
             if g > 1 and not c_out % g and not c_in % g:
                 hit = ("groups", c_out // g, c_in // g)
@@ -587,8 +590,7 @@ def _streaming_weightless(geo: LayerGeometry, b: int, beta: int) -> LayerTiling 
     fallback = LayerTiling("streaming", 1 + reads, geo.io + geo.whole * reads)
     if not geo.physical:
         return fallback
-    local = channel_role(geo.graph, geo.op) == ChannelRole.LOCAL
-    chunk = 1 if local else geo.out_channels
+    chunk = 1 if windows.streams_channels(geo.graph, geo.op) else geo.out_channels
     extra, held = 0, []
     for i, (_, _, w_in) in enumerate(geo.in_shapes):
         rows = _windows(geo, i, 0, 1)

@@ -45,7 +45,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from accel_model.base import CostModel
-from accel_model.channels import ChannelRole, channel_role, in_place_inputs
+from accel_model.channels import in_place_inputs
 from accel_model.layer import LayerTiling
 from accel_model.rows import is_activation_matmul
 from accel_model.schedule import (
@@ -61,7 +61,13 @@ from accel_model.schedule import (
     Transfer,
     traffic,
 )
-from accel_model.windows import input_channels, input_cols, input_rows, reduces_over_inputs
+from accel_model.windows import (
+    input_channels,
+    input_cols,
+    input_rows,
+    reduces_over_inputs,
+    streams_channels,
+)
 from fusionplan.ir.graph import Group, OpGraph, bits
 
 
@@ -375,11 +381,12 @@ class _Layer:
                 self.close(rows)
 
     def streaming_weightless(self) -> None:
-        """One output row at a time, of one channel if the op is channel-local."""
+        """One output row at a time, of one channel if the op computes each channel from its
+        own (a channel-local op, an attention matmul's head)."""
         graph, v, tensors = self.graph, self.v, self.graph.tensors
-        local = channel_role(graph, v) == ChannelRole.LOCAL
+        per_channel = streams_channels(graph, v)
         cover = {t: _Coverage(tensors[t].shape) for _, t in self.inputs()}
-        for chans in _split(self.c_out, 1 if local else self.c_out):
+        for chans in _split(self.c_out, 1 if per_channel else self.c_out):
             have = {t: 0 for _, t in self.inputs()}
             for r in range(self.h_out):
                 for i, t in self.inputs():

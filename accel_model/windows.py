@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from accel_model.channels import ChannelRole, channel_role, is_depthwise
+from accel_model.rows import is_activation_matmul
 from fusionplan.ir.graph import OpGraph
 
 Range = tuple[int, int]
@@ -93,6 +94,9 @@ def input_channels(graph: OpGraph, v: int, i: int, channels: Range) -> Range:
     a, b = channels
     if a >= b:
         return (0, 0)
+    per_batch = batch_channels(graph, v, i)
+    if per_batch is not None:
+        return (a * per_batch, b * per_batch)
     role = channel_role(graph, v)
     if role == ChannelRole.MIXING:
         g = max(node.groups, 1)
@@ -111,6 +115,35 @@ def input_channels(graph: OpGraph, v: int, i: int, channels: Range) -> Range:
     if offset is not None:
         return _clip(a - offset, b - offset, c_in)
     return (0, c_in)
+
+
+def batch_channels(graph: OpGraph, v: int, i: int) -> int | None:
+    """Input ``i``'s channels per output channel of a matmul of two activations whose output
+    channels are its batch (attention's heads, docs/cost-model.md, "Transformers"): output
+    channel ``c`` reads channels ``[c k, (c + 1) k)``. ``Q`` ``(heads, T, d)`` and ``V``
+    ``(heads, T, d)`` give ``k = 1``, ``Kᵀ`` ``(heads · d, T, 1)`` gives ``k = d``. None for any
+    other op, or a layout that does not match (then every channel is read)."""
+    node = graph.nodes[v]
+    if not is_activation_matmul(node):
+        return None
+    c_out, h_out, w_out = graph.out_shape(v)
+    (c_a, h_a, w_a), (c_b, h_b, w_b) = (graph.tensors[t].shape for t in node.inputs)
+    if c_out <= 1 or c_a != c_out or h_a != h_out:
+        return None
+    if c_b == c_out and w_b == w_out:
+        per_batch = 1  # B (batch, K, N): K rows of N columns per batch
+    elif c_b == c_out * w_a and h_b == w_out and w_b == 1:
+        per_batch = w_a  # Bᵀ's rows are N: (batch · K, N, 1)
+    else:
+        return None
+    return 1 if i == 0 else per_batch
+
+
+def streams_channels(graph: OpGraph, v: int) -> bool:
+    """Whether op ``v`` computes each output channel from its own input channels, so that a
+    schedule may run it one output channel at a time: a channel-local op, or a batched
+    activation matmul (:func:`batch_channels`), one head at a time."""
+    return channel_role(graph, v) == ChannelRole.LOCAL or batch_channels(graph, v, 0) is not None
 
 
 def concat_offset(graph: OpGraph, v: int, i: int) -> int | None:

@@ -515,16 +515,21 @@ def test_weightless_streaming_has_a_fit_test():
     assert (t.order, t.dram, t.held) == ("streaming", 520, 65)
 
 
-def test_attention_row_bands_count_q_and_k_whole():
-    # transformer_block's 'qk' (Q (2,8,8) x K^T (16,8,1) -> (2,8,8)) at 2 B/element: every
-    # output column reads whole rows of both operands, so a strip holds Q and K^T whole
-    # (128 + 128). At 256 B nothing but direct fits; at 600 B one output row over
-    # Q and K^T held whole fits (256 + 2 * 8 = 272, 544 B < 600) and reads each once: io
+def test_attention_streams_one_head_at_a_time():
+    # transformer_block's 'qk' (Q (2,8,8) x K^T (16,8,1) -> (2,8,8), 2 heads of d = 8) at 2
+    # B/element: head h reads Q's channel h and K^T's channels 8h..8h+8 (windows.batch_channels),
+    # and every output row reads them whole. One head at a time, one output row over Q_h and
+    # K^T_h held whole: 64 + 64 + 8 = 136 (272 B) reads each once: io. At 256 B nothing but
+    # direct fits; at 300 B one head does (holding both heads' operands, 272 elements, did not)
     g = to_graph(nm.transformer_block())
     qk = g.node_index["qk"]
     assert model(g, 256, "lbdf", 2).layer_tiling(qk).order == "direct"
-    t = model(g, 600, "lbdf", 2).layer_tiling(qk)
-    assert (t.order, t.held, t.dram) == ("streaming", 272, 128 + 128 + 128)
+    for buffer in (300, 600):
+        cm = model(g, buffer, "lbdf", 2)
+        t = cm.layer_tiling(qk)
+        assert (t.order, t.held, t.dram, t.channels) == ("streaming", 136, 128 + 128 + 128, 1)
+        if cm.priced_order(1 << qk)[0] == "layer":
+            check_layer(g, cm, 1 << qk, "layer")
 
 
 def test_direct_has_a_schedule():
