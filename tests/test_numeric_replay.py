@@ -252,6 +252,21 @@ def test_the_plans_exercise_every_loop_order():
     assert {("lbdf", False), ("layer:row-bands", False), ("layer:output-tiles", False)} <= seen
 
 
+def test_attention_matmuls_computed_one_head_at_a_time_give_onnxruntimes_output():
+    """attention_core under BRR at 300 B: Q.K^T and P.V each run alone, streaming one head
+    at a time over that head's own channels (windows.batch_channels); the groups' outputs,
+    computed from only what the schedules read, equal onnxruntime's."""
+    schedules = check_plan("attention_core", "brr", 300)
+    p = planned("attention_core", "brr", 300)
+    g = p.cost_model.graph
+    for op in ("qk", "pv"):
+        v = g.node_index[op]
+        assert 1 << v in p.result.best.groups
+        t = p.cost_model.layer_tiling(v)
+        assert (t.order, t.channels) == ("streaming", 1)
+    assert sum(s.order == "layer:streaming" for s in schedules) >= 2
+
+
 def test_the_class_tokens_concat_holds_the_two_rows_its_window_spans():
     """class_token under BRR (pe 4, 2048 B, b = 1): one group {proj, concat, add, ln},
     weights 64 + 8 + 40 + 16 = 128 resident. The Concat makes 5 token rows from proj's 4
