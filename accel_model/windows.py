@@ -130,7 +130,7 @@ def batch_channels(graph: OpGraph, v: int, i: int) -> int | None:
     (c_a, h_a, w_a), (c_b, h_b, w_b) = (graph.tensors[t].shape for t in node.inputs)
     if c_out <= 1 or c_a != c_out or h_a != h_out:
         return None
-    if c_b == c_out and w_b == w_out:
+    if c_b == c_out and h_b == w_a and w_b == w_out:
         per_batch = 1  # B (batch, K, N): K rows of N columns per batch
     elif c_b == c_out * w_a and h_b == w_out and w_b == 1:
         per_batch = w_a  # Bᵀ's rows are N: (batch · K, N, 1)

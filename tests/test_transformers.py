@@ -12,10 +12,12 @@ import pytest
 from accel_model import Accelerator
 from accel_model.brr import BRR
 from accel_model.lbdf import LBDF
+from accel_model.windows import batch_channels, input_channels, streams_channels
 from fusionplan.app.api import plan
 from fusionplan.data.zoo import load_zoo_model
 from fusionplan.ir.graph import OpGraph, mask_of
 from fusionplan.ir.onnx_import import load_model
+from tests import numeric_models as nm
 from tests.onnx_builders import Net, linear_gelu, save, to_graph
 
 D_MODEL, HEADS, TOKENS, FFN = 64, 4, 16, 128
@@ -204,3 +206,24 @@ def test_vit_block_matches_the_hand_estimate() -> None:
     # the MLP: one row of each tensor, the sink's included: 5 * 768 (block input, LN2, fc2,
     # its bias, the residual add) + 7 * 3072 (fc1, its bias, the five GELU ops) = 25,344
     assert lbdf.buffer_terms(mask_of(mlp))[1:] == (25_344, 0)
+
+
+def test_attention_heads_read_their_own_channels() -> None:
+    # transformer_block: 2 heads of d = 8 over 8 tokens. Q (2, 8, 8) and K^T (16, 8, 1):
+    # head 1 reads Q's channel 1 and K^T's channels 8..16; P (2, 8, 8) and V (2, 8, 8):
+    # channel 1 of each. A matmul whose second operand has no head axis (a (1, 8, 8, 8)
+    # activation broadcast over the heads) reads all of it for every head.
+    g = to_graph(nm.transformer_block())
+    qk, pv = g.node_index["qk"], g.node_index["pv"]
+    assert [input_channels(g, qk, i, (1, 2)) for i in (0, 1)] == [(1, 2), (8, 16)]
+    assert [input_channels(g, pv, i, (1, 2)) for i in (0, 1)] == [(1, 2), (1, 2)]
+    assert streams_channels(g, qk) and streams_channels(g, pv)
+    net = Net()
+    net.op("MatMul", ["q", "kt"], "y", "mm")
+    shared = to_graph(net.model([("q", [1, 2, 8, 8]), ("kt", [1, 1, 8, 8])], [("y", [1, 2, 8, 8])]))
+    mm = shared.node_index["mm"]
+    assert batch_channels(shared, mm, 1) is None and not streams_channels(shared, mm)
+    assert input_channels(shared, mm, 1, (1, 2)) == (
+        0,
+        shared.tensors[shared.nodes[mm].inputs[1]].shape[0],
+    )
