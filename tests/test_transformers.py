@@ -211,7 +211,7 @@ def test_vit_block_matches_the_hand_estimate() -> None:
 def test_attention_heads_read_their_own_channels() -> None:
     # transformer_block: 2 heads of d = 8 over 8 tokens. Q (2, 8, 8) and K^T (16, 8, 1):
     # head 1 reads Q's channel 1 and K^T's channels 8..16; P (2, 8, 8) and V (2, 8, 8):
-    # channel 1 of each. A matmul whose second operand has no head axis (a (1, 8, 8, 8)
+    # channel 1 of each. A matmul whose second operand has no head axis (a (1, 1, 8, 8)
     # activation broadcast over the heads) reads all of it for every head.
     g = to_graph(nm.transformer_block())
     qk, pv = g.node_index["qk"], g.node_index["pv"]
