@@ -7,10 +7,10 @@ command gives the same plan on any machine and under any load. With ``W`` the ru
 
 1. The exact search (A* over down-sets) runs for ``exact_share`` x W units. If it finishes,
    its plan is the proven optimum and auto returns it.
-2. Otherwise a local search gives a second opinion: ``SCOUT_OP_PLANS / ops`` plans at effort
-   1 (at most ``ls_budget``; counted apart from auto's own budget). The large-neighbourhood
-   search then runs for ``lns_share`` x W units, starting from the better of the exact
-   search's and the local search's plans.
+2. Otherwise a local search gives a second opinion: ``SCOUT_EDGE_PLANS / max(ops, edges)``
+   plans at effort 1 (at most ``ls_budget``; counted apart from auto's own budget). The
+   large-neighbourhood search then runs for ``lns_share`` x W units, starting from the
+   better of the exact search's and the local search's plans.
 3. The exact search runs again on the units left (no greedy dive: it spends them all on A*),
    with LNS's plan as its first upper bound and the chain relaxation added to its bound
    (accel_model/bounds.py; the first run proves most graphs without paying for it):
@@ -34,13 +34,13 @@ from dataclasses import asdict, dataclass, replace
 from accel_model.bounds import plan_lower_bound
 from accel_model.objectives import Objective, objective_parts, static_floor
 from fusionplan.ir.errors import ConfigError
-from fusionplan.ir.graph import Group
+from fusionplan.ir.graph import Group, OpGraph
 from fusionplan.planning.result import ExactBound, ObjectiveBound, SearchResult
 from fusionplan.search.base import SEARCHES, Progress, build_config, check_start
 from fusionplan.search.certify import DEFAULT_MAX_DOWNSETS, relative_gap
 from fusionplan.search.effort import (
     AUTO_UNITS,
-    SCOUT_OP_PLANS,
+    SCOUT_EDGE_PLANS,
     STOP_CLOCK,
     STOP_OPTIMAL,
     STOP_WORK,
@@ -87,9 +87,10 @@ class AutoConfig:
             ):
                 raise ConfigError(f"auto option {name} must be a whole number, got {m!r}")
 
-    def scout_plans(self, ops: int) -> int:
-        """Local-search plans of the scout on a graph of ``ops`` ops."""
-        return min(self.ls_budget, units(self.effort, SCOUT_OP_PLANS // max(ops, 1)))
+    def scout_plans(self, graph: OpGraph) -> int:
+        """Local-search plans of the scout on ``graph`` (search/effort.py, SCOUT_EDGE_PLANS)."""
+        size = max(len(graph), len(graph.edges), 1)
+        return min(self.ls_budget, units(self.effort, SCOUT_EDGE_PLANS // size))
 
 
 class AutoSearch:
@@ -187,7 +188,7 @@ class AutoSearch:
             # a product of optima is not the optimum of the product, and where A* did not
             # prove its plan (or could not run) local moves under the objective find better:
             # EfficientNet-B0 BRR 512 KB, 6.78 -> 2.05 mJ in 1,806 plans
-            polish = FusionProblem(cm, problem.splitter, cfg.scout_plans(len(cm.graph)),
+            polish = FusionProblem(cm, problem.splitter, cfg.scout_plans(cm.graph),
                                    objective=objective, warm_start=list(found))  # fmt: skip
             found.append(LocalSearch().run(polish, seed).best.groups)
         original = problem.warm_start
@@ -203,7 +204,7 @@ class AutoSearch:
 
     def _scout(self, problem: FusionProblem, seed: int) -> tuple[Group, ...]:
         """The best plan of a local search of :meth:`AutoConfig.scout_plans` plans."""
-        budget = self.config.scout_plans(len(problem.graph))
+        budget = self.config.scout_plans(problem.graph)
         scout = FusionProblem(problem.cost_model, problem.splitter, budget)
         return LocalSearch().run(scout, seed).best.groups
 

@@ -36,10 +36,13 @@ EXACT_UNITS = 60 * UNITS_PER_SECOND  # the exact search at effort 1
 LNS_UNITS = 10 * UNITS_PER_SECOND  # LNS on its own at effort 1
 WINDOW_UNITS = UNITS_PER_SECOND  # at most this much on one LNS window
 CERTIFY_UNITS = UNITS_PER_SECOND  # the A* certificate of a heuristic's plan at effort 1
-SCOUT_OP_PLANS = 430_000
-"""auto's local-search scout proposes ``SCOUT_OP_PLANS / ops`` plans at effort 1 (at most its
-``ls_budget``): a local-search plan costs work in proportion to the graph's size, and this
-keeps the scout near 1 s on the largest graphs."""
+SCOUT_EDGE_PLANS = 500_000
+"""auto's local-search scout proposes ``SCOUT_EDGE_PLANS / max(ops, edges)`` plans at effort 1
+(at most its ``ls_budget``): a local-search plan costs time in proportion to the graph's
+edges (realising a plan checks its quotient graph for cycles), 0.65 ms on GoogLeNet's 164
+and 11.5 ms on DenseNet-201's 2,413 (docs/results.md, "Certified on branchy graphs"), so
+this keeps the scout near 1-2 s on the largest graphs; counting ops instead gave DenseNet-201
+703 plans, 8 s."""
 
 WORK_SEARCHES = ("exact", "lns", "auto")
 """The searches an effort and a wall-clock safety cap apply to (the others count plans)."""
