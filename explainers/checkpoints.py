@@ -42,9 +42,8 @@ def weights_identity(scheme: str) -> str:
     """A short hash of the bytes of every checkpoint of ``scheme`` in :func:`weights_dir`:
     results that depend on the weights (a bench row of a GNN splitter) key on it, so a
     rerun after retraining recomputes them instead of resuming stale ones."""
-    paths = sorted(weights_dir().glob(f"*-{scheme}.pt"))
-    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
-    return _bytes_digest(stamps)
+    stats = [(p, p.stat()) for p in sorted(weights_dir().glob(f"*-{scheme}.pt"))]
+    return _bytes_digest(tuple((str(p), st.st_mtime_ns, st.st_size) for p, st in stats))
 
 
 @functools.lru_cache(maxsize=16)
